@@ -1,0 +1,90 @@
+"""The broker's error tree: one root, HTTP-facing leaves carry their envelope fields."""
+
+from __future__ import annotations
+
+
+class BrokerError(Exception):
+    """Raised when anything the broker does fails in a way it knows about."""
+
+    status: int = 500
+    type: str = "server_error"
+    code: str | None = "internal_error"
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+
+class InvalidRequest(BrokerError):
+    """Raised when a request is malformed; `code` names the rule it broke."""
+
+    status = 400
+    type = "invalid_request_error"
+
+    def __init__(self, code: str, message: str, *, param: str | None = None) -> None:
+        super().__init__(message, param=param)
+        self.code = code
+
+
+class JobNotFound(BrokerError):
+    """Raised when a run id names no job (unknown or expired)."""
+
+    status = 404
+    type = "invalid_request_error"
+    code = "run_not_found"
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"Run not found: {run_id}")
+        self.run_id = run_id
+
+
+class IdempotencyConflict(BrokerError):
+    """Raised when an Idempotency-Key is reused with a different execution fingerprint."""
+
+    status = 409
+    type = "invalid_request_error"
+    code = "idempotency_key_conflict"
+
+    def __init__(self) -> None:
+        super().__init__("Idempotency-Key was already used with a different input or instructions.", param=None)
+
+
+class Conflict(BrokerError):
+    """Raised when a request is valid but the job is not in a state that allows it."""
+
+    status = 409
+    type = "invalid_request_error"
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Unavailable(BrokerError):
+    """Raised when a dependency (Redis, Hermes) does not answer in time."""
+
+    status = 503
+    type = "server_error"
+    code = "unavailable"
+
+
+class StreamConflict(BrokerError):
+    """Raised when an append expected another last stream id (another writer was first)."""
+
+    def __init__(self, job_id: str, actual_last_id: str) -> None:
+        super().__init__(f"job {job_id} moved on to {actual_last_id}")
+        self.job_id = job_id
+        self.actual_last_id = actual_last_id
+
+
+class LeaseLost(BrokerError):
+    """Raised when a fenced append finds that the writer no longer holds the job's lease."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"lease of job {job_id} is lost")
+        self.job_id = job_id
+
+
+class ConfigError(BrokerError):
+    """Raised when an environment variable is missing or does not parse."""

@@ -1,0 +1,64 @@
+"""The S6 log contract: one line per event, a fixed sentence, ids and numbers as root fields."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+from pythonjsonlogger.orjson import OrjsonFormatter
+
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "error": logging.ERROR}
+_NAMES = {logging.DEBUG: "debug", logging.INFO: "info", logging.WARNING: "warn", logging.ERROR: "error"}
+# Attributes every LogRecord has; anything else on a record came from `extra=` and is a field.
+_STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime", "level"}
+
+
+class _LevelFilter(logging.Filter):
+    """Names levels as the contract does (`warn`, not `WARNING`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.level = _NAMES.get(record.levelno, "error" if record.levelno > logging.ERROR else "debug")
+        return True
+
+
+class TextFormatter(logging.Formatter):
+    """`LOG_FORMAT=text`: the same fields inline, `key=value` after the sentence."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = " ".join(f"{k}={v}" for k, v in record.__dict__.items() if k not in _STANDARD)
+        line = f"{self.formatTime(record)} {record.__dict__.get('level', 'info')} [{record.name}] {record.getMessage()}"
+        if fields:
+            line = f"{line} {fields}"
+        if record.exc_info:
+            line = f"{line}\n{self.formatException(record.exc_info)}"
+        return line
+
+
+def configure(level: str = "info", fmt: str = "json") -> None:
+    """Route every logger of the process to stdout in the contract's format."""
+    handler = logging.StreamHandler(sys.stdout)
+    handler.addFilter(_LevelFilter())
+    if fmt == "text":
+        handler.setFormatter(TextFormatter())
+    else:
+        handler.setFormatter(
+            OrjsonFormatter(
+                "{level}{message}{name}",
+                style="{",
+                rename_fields={"name": "context"},
+                timestamp="time",
+            )
+        )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(_LEVELS[level])
+    # aiohttp's own access log is replaced by our request line (S6).
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+def get_logger(owner: type[Any] | str) -> logging.Logger:
+    """Logger named for the source class (`context` of each line)."""
+    if isinstance(owner, str):
+        return logging.getLogger(owner)
+    return logging.getLogger(f"{owner.__module__}.{owner.__qualname__}")
