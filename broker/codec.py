@@ -1,0 +1,37 @@
+"""Bytes <-> events. Stored events decode leniently: unknown fields are ignored and unknown
+`type` tags become `UnknownEvent`, so old and new replicas can share streams."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from cattrs import BaseValidationError
+from cattrs.preconf.orjson import OrjsonConverter, make_converter
+from cattrs.strategies import configure_tagged_union
+
+from broker.events import JobEvent, UnknownEvent
+
+event_codec: OrjsonConverter = make_converter()
+configure_tagged_union(
+    JobEvent,
+    event_codec,
+    tag_generator=lambda cls: cls.__name__,
+    tag_name="type",
+    default=UnknownEvent,
+)
+
+
+def encode(event: JobEvent) -> bytes:
+    return event_codec.dumps(event, unstructure_as=JobEvent)
+
+
+def decode(data: bytes | str) -> JobEvent:
+    try:
+        return cast(JobEvent, event_codec.loads(data, JobEvent))  # type: ignore[arg-type]
+    except (BaseValidationError, ValueError, TypeError, KeyError):
+        # a stored event this replica cannot read folds as a no-op
+        return UnknownEvent()
+
+
+def to_builtins(event: JobEvent) -> dict[str, Any]:
+    return cast(dict[str, Any], event_codec.unstructure(event, unstructure_as=JobEvent))

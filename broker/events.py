@@ -1,0 +1,181 @@
+"""Every fact a job's stream can hold: frozen attrs classes, past-tense names, epoch-ms `at_ms`.
+
+Changes are additive only: a new field gets a default, no stored field is renamed or re-meant
+(old and new replicas read each other's events during a rollout). Payloads that the broker
+forwards without interpreting (the execution body, Hermes event payloads, usage) are kept as
+JSON text so they round-trip byte for byte.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from enum import StrEnum
+
+from attrs import field, frozen
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"  #: waiting for a replica or for Hermes to accept
+    RUNNING = "running"  #: Hermes accepted an attempt (also while it is resubmitted)
+    WAITING_FOR_APPROVAL = "waiting_for_approval"  #: a tool call waits for /approval
+    STOPPING = "stopping"  #: a stop is recorded; the Hermes run is being stopped
+    COMPLETED = "completed"  #: terminal, with output and usage
+    FAILED = "failed"  #: terminal, with error
+    CANCELLED = "cancelled"  #: terminal: stopped, or approval denied
+
+    @property
+    def terminal(self) -> bool:
+        return self in (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED)
+
+
+class HoldReason(StrEnum):
+    BUSY = "busy"  #: Hermes answered 429
+    DRAINING = "draining"  #: Hermes answered 503 gateway_draining
+    UNAVAILABLE = "unavailable"  #: refused, timeout, other 5xx, 401/403
+
+
+@frozen
+class Link:
+    text: str
+    url: str
+
+
+def _links(links: Iterable[Link] | None) -> tuple[Link, ...] | None:
+    return None if links is None else tuple(links)
+
+
+@frozen
+class Context:
+    """Display-only source context of a create (SPEC S3.1.2); `None` parts were absent."""
+
+    title: str
+    url: str | None = None
+    links: tuple[Link, ...] | None = field(default=None, converter=_links)
+
+
+@frozen
+class Reporting:
+    """Resolved reporting flags (SPEC S3.1.3); a job stored without them keeps both true."""
+
+    board: bool = True
+    post: bool = True
+
+
+@frozen(kw_only=True)
+class JobCreated:
+    job_id: str
+    at_ms: int
+    body: str  #: the execution body as JSON text, forwarded to Hermes unchanged
+    fingerprint: str  #: sha256 of input + instructions (SPEC S3.1.1)
+    idempotency_key: str | None = None
+    session_key: str | None = None  #: X-Hermes-Session-Key, forwarded on every attempt
+    session_id: str | None = None
+    model: str | None = None
+    context: Context | None = None
+    reporting: Reporting = field(factory=Reporting)
+
+
+@frozen(kw_only=True)
+class JobHeld:
+    """Hermes did not accept the job (busy, draining, down); it is retried at `retry_at_ms`."""
+
+    job_id: str
+    at_ms: int
+    reason: HoldReason
+    retry_at_ms: int
+    attempt: int = 1  #: the attempt Hermes was asked to create
+    detail: str | None = None
+
+
+@frozen(kw_only=True)
+class RunAccepted:
+    job_id: str
+    at_ms: int
+    attempt: int
+    hermes_run_id: str
+
+
+@frozen(kw_only=True)
+class HermesEventRecorded:
+    """A non-terminal event relayed from the Hermes run of `attempt`."""
+
+    job_id: str
+    at_ms: int
+    attempt: int
+    hermes_run_id: str
+    name: str  #: Hermes's `event` field
+    payload: str  #: the Hermes payload as JSON text, exactly as received
+
+
+@frozen(kw_only=True)
+class DeltasDropped:
+    """`count` more message.delta events were not stored (RUNS_EVENTS_MAXLEN reached)."""
+
+    job_id: str
+    at_ms: int
+    attempt: int
+    count: int
+
+
+@frozen(kw_only=True)
+class RunInterrupted:
+    job_id: str
+    at_ms: int
+    attempt: int
+    hermes_run_id: str | None
+    reason: str  #: not_found | interrupted | cancelled
+
+
+@frozen(kw_only=True)
+class RunResubmitted:
+    job_id: str
+    at_ms: int
+    attempt: int  #: the new attempt number
+
+
+@frozen(kw_only=True)
+class StopRequested:
+    job_id: str
+    at_ms: int
+
+
+@frozen(kw_only=True)
+class ApprovalDenied:
+    job_id: str
+    at_ms: int
+    attempt: int
+    command: str
+
+
+@frozen(kw_only=True)
+class JobFinished:
+    """The job's one terminal fact; nothing changes it afterwards."""
+
+    job_id: str
+    at_ms: int
+    status: JobStatus
+    attempt: int = 0
+    output: str | None = None
+    usage: str | None = None  #: JSON text of Hermes's usage object
+    error_code: str | None = None
+    error_message: str | None = None
+
+
+@frozen
+class UnknownEvent:
+    """An event a newer replica wrote; every projection treats it as a no-op."""
+
+
+JobEvent = (
+    JobCreated
+    | JobHeld
+    | RunAccepted
+    | HermesEventRecorded
+    | DeltasDropped
+    | RunInterrupted
+    | RunResubmitted
+    | StopRequested
+    | ApprovalDenied
+    | JobFinished
+    | UnknownEvent
+)

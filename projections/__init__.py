@@ -1,0 +1,1 @@
+"""Pure folds over job events: no IO, no clock, no randomness."""

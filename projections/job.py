@@ -1,0 +1,164 @@
+"""The job view of SPEC S3.2 as a pure fold over a job's events. No IO, no clock."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from functools import reduce
+from typing import assert_never
+
+from attrs import evolve, field, frozen
+
+from broker.events import (
+    ApprovalDenied,
+    Context,
+    DeltasDropped,
+    HermesEventRecorded,
+    HoldReason,
+    JobCreated,
+    JobEvent,
+    JobFinished,
+    JobHeld,
+    JobStatus,
+    Reporting,
+    RunAccepted,
+    RunInterrupted,
+    RunResubmitted,
+    StopRequested,
+    UnknownEvent,
+)
+
+_ACTIVE = (JobStatus.RUNNING, JobStatus.WAITING_FOR_APPROVAL)
+
+
+@frozen
+class Hold:
+    reason: HoldReason
+    since_ms: int
+    retry_at_ms: int
+
+
+@frozen(kw_only=True)
+class JobView:
+    """Everything the broker answers about a job and needs to drive it."""
+
+    job_id: str
+    status: JobStatus
+    created_at_ms: int
+    updated_at_ms: int
+    body: str
+    fingerprint: str
+    idempotency_key: str | None = None
+    session_key: str | None = None
+    session_id: str | None = None
+    model: str | None = None
+    context: Context | None = None
+    reporting: Reporting = field(factory=Reporting)
+    last_event: str | None = "job.queued"
+    attempt: int = 1  #: the attempt being driven (accepted or not yet)
+    attempts: int = 0  #: runs Hermes accepted
+    hermes_run_id: str | None = None
+    hold: Hold | None = None
+    stop_requested: bool = False
+    denied_command: str | None = None
+    output: str | None = None
+    usage: str | None = None
+    error_code: str | None = None
+    error_message: str | None = None
+    dropped_deltas: int = 0
+
+
+def apply(view: JobView | None, event: JobEvent) -> JobView | None:
+    """Fold one event. Nothing exists before JobCreated; a terminal view absorbs everything."""
+    if view is None:
+        return _created(event) if isinstance(event, JobCreated) else None
+    if view.status.terminal:
+        return view
+    return _apply_live(view, event)
+
+
+def fold(events: Iterable[JobEvent], initial: JobView | None = None) -> JobView | None:
+    return reduce(apply, events, initial)
+
+
+def _created(event: JobCreated) -> JobView:
+    return JobView(
+        job_id=event.job_id,
+        status=JobStatus.QUEUED,
+        created_at_ms=event.at_ms,
+        updated_at_ms=event.at_ms,
+        body=event.body,
+        fingerprint=event.fingerprint,
+        idempotency_key=event.idempotency_key,
+        session_key=event.session_key,
+        session_id=event.session_id,
+        model=event.model,
+        context=event.context,
+        reporting=event.reporting,
+    )
+
+
+def _apply_live(view: JobView, event: JobEvent) -> JobView:
+    match event:
+        case JobCreated() | UnknownEvent():
+            return view  # a replayed create, or a newer replica's event, changes nothing
+        case JobHeld(reason=reason, at_ms=at, retry_at_ms=retry_at):
+            since = view.hold.since_ms if view.hold else at
+            return evolve(view, hold=Hold(reason, since, retry_at), last_event="job.held", updated_at_ms=at)
+        case RunAccepted(attempt=attempt, hermes_run_id=run_id, at_ms=at):
+            status = JobStatus.STOPPING if view.stop_requested else JobStatus.RUNNING
+            return evolve(
+                view,
+                status=status,
+                attempt=attempt,
+                attempts=view.attempts + 1,
+                hermes_run_id=run_id,
+                hold=None,
+                last_event="job.accepted",
+                updated_at_ms=at,
+            )
+        case HermesEventRecorded():
+            return _hermes_event(view, event)
+        case DeltasDropped(count=count):
+            return evolve(view, dropped_deltas=view.dropped_deltas + count)
+        case RunInterrupted(at_ms=at):
+            return evolve(view, last_event="job.interrupted", updated_at_ms=at)
+        case RunResubmitted(attempt=attempt, at_ms=at):
+            return evolve(view, attempt=attempt, last_event="job.resubmitted", updated_at_ms=at)
+        case StopRequested(at_ms=at):
+            status = JobStatus.STOPPING if view.status in _ACTIVE else view.status
+            return evolve(view, status=status, stop_requested=True, last_event="job.stop_requested", updated_at_ms=at)
+        case ApprovalDenied(command=command, at_ms=at):
+            status = JobStatus.STOPPING if view.status in _ACTIVE else view.status
+            return evolve(view, status=status, stop_requested=True, denied_command=command, updated_at_ms=at)
+        case JobFinished():
+            return _finished(view, event)
+        case _:
+            assert_never(event)
+
+
+def _hermes_event(view: JobView, event: HermesEventRecorded) -> JobView:
+    if event.attempt != view.attempt or event.hermes_run_id != view.hermes_run_id:
+        return view  # a late event of a superseded attempt
+    if event.name == "message.delta":
+        return view  # as in Hermes, deltas move neither last_event nor updated_at
+    status = view.status
+    if status in _ACTIVE:
+        if event.name == "approval.request":
+            status = JobStatus.WAITING_FOR_APPROVAL
+        elif event.name == "approval.responded":
+            status = JobStatus.RUNNING
+    return evolve(view, status=status, last_event=event.name, updated_at_ms=event.at_ms)
+
+
+def _finished(view: JobView, event: JobFinished) -> JobView:
+    return evolve(
+        view,
+        status=event.status,
+        hold=None,
+        output=event.output,
+        usage=event.usage,
+        error_code=event.error_code,
+        error_message=event.error_message,
+        last_event=f"run.{event.status.value}",
+        updated_at_ms=event.at_ms,
+    )
