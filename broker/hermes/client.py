@@ -1,0 +1,309 @@
+"""The only outbound Hermes HTTP: the `HermesClient` port and its aiohttp implementation of `/v1/runs`.
+
+Every call returns a typed outcome (see `models`); transport failures never raise. Event streams are async
+iterators: when opening fails the only item is `NotFound`, `Unavailable` or `Unauthorized`; once opened, the
+stream yields events and comments and always ends with exactly one `StreamEnded`. Close an iterator you leave
+early (`contextlib.aclosing`) so its connection is released at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Protocol
+from urllib.parse import quote
+
+import aiohttp
+from yarl import URL
+
+from broker import errors
+from broker.hermes.models import (
+    Accepted,
+    ApprovalOutcome,
+    Busy,
+    Comment,
+    CreateOutcome,
+    Draining,
+    Forwarded,
+    ForwardOutcome,
+    GetOutcome,
+    HermesEvent,
+    HermesRun,
+    NotFound,
+    Rejected,
+    Relayed,
+    StopOutcome,
+    Stopping,
+    StreamEnded,
+    StreamItem,
+    Unauthorized,
+    Unavailable,
+    error_fields,
+    parse_json_object,
+    parse_retry_after,
+)
+from broker.hermes.sse import SseDecoder
+from broker.logging import get_logger
+
+#: Headers of a Hermes answer that the broker's proxy relays.
+FORWARDED_HEADERS = ("Content-Type", "Retry-After")
+
+
+class HermesClient(Protocol):
+    """What the broker needs from Hermes's `/v1/runs` API."""
+
+    async def create(
+        self, body: bytes, *, idempotency_key: str | None = None, session_key: str | None = None
+    ) -> CreateOutcome: ...
+
+    async def get(self, run_id: str) -> GetOutcome: ...
+
+    def events(self, run_id: str, *, idle_timeout_s: float) -> AsyncIterator[StreamItem]: ...
+
+    async def stop(self, run_id: str) -> StopOutcome: ...
+
+    async def approval(self, run_id: str, body: bytes) -> ApprovalOutcome: ...
+
+    async def forward(self, method: str, path: str, body: bytes | None) -> ForwardOutcome: ...
+
+    def forward_stream(self, path: str) -> AbstractAsyncContextManager[aiohttp.ClientResponse]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class _Reply:
+    __slots__ = ("body", "headers", "status")
+
+    def __init__(self, status: int, headers: Mapping[str, str], body: bytes) -> None:
+        self.status, self.headers, self.body = status, headers, body
+
+
+class AiohttpHermesClient:
+    """`HermesClient` over one shared aiohttp session (created on first use unless one is passed in)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        timeout_ms: int,
+        session: aiohttp.ClientSession | None = None,
+    ) -> None:
+        self._base_url = base_url.rstrip("/")
+        self._api_key = api_key
+        self._timeout_s = timeout_ms / 1000
+        self._session = session
+        self._owns_session = session is None
+        self._log = get_logger(type(self))
+
+    async def create(
+        self, body: bytes, *, idempotency_key: str | None = None, session_key: str | None = None
+    ) -> CreateOutcome:
+        headers = {"Content-Type": "application/json"}
+        if idempotency_key is not None:
+            headers["Idempotency-Key"] = idempotency_key
+        if session_key is not None:
+            headers["X-Hermes-Session-Key"] = session_key
+        reply = await self._call("POST", "/v1/runs", body=body, headers=headers)
+        if isinstance(reply, Unavailable):
+            return reply
+        return create_outcome(reply.status, reply.headers, reply.body)
+
+    async def get(self, run_id: str) -> GetOutcome:
+        reply = await self._call("GET", _run_path(run_id))
+        if isinstance(reply, Unavailable):
+            return reply
+        if reply.status == 200 and (payload := parse_json_object(reply.body)) is not None:
+            return HermesRun.from_api(payload)
+        return _failure(reply, run_id)
+
+    async def stop(self, run_id: str) -> StopOutcome:
+        reply = await self._call("POST", _run_path(run_id, "/stop"))
+        if isinstance(reply, Unavailable):
+            return reply
+        payload = parse_json_object(reply.body)
+        if reply.status == 200 and payload is not None:
+            status = payload.get("status")
+            return Stopping(run_id, status if isinstance(status, str) else "stopping")
+        if 400 <= reply.status < 500 and reply.status not in (401, 403, 404):
+            return Rejected(reply.status, *error_fields(payload))
+        return _failure(reply, run_id)
+
+    async def approval(self, run_id: str, body: bytes) -> ApprovalOutcome:
+        headers = {"Content-Type": "application/json"}
+        reply = await self._call("POST", _run_path(run_id, "/approval"), body=body, headers=headers)
+        if isinstance(reply, Unavailable):
+            return reply
+        if reply.status in (401, 403):
+            return Unauthorized(reply.status)
+        payload = parse_json_object(reply.body)
+        if reply.status >= 500 or payload is None:
+            return Unavailable(f"HTTP {reply.status}" if reply.status >= 500 else "invalid JSON answer")
+        return Relayed(reply.status, payload)
+
+    async def events(self, run_id: str, *, idle_timeout_s: float) -> AsyncIterator[StreamItem]:
+        opened = await self._open(_run_path(run_id, "/events"))
+        if isinstance(opened, Unavailable):
+            yield opened
+            return
+        try:
+            if opened.status != 200:
+                body = await opened.read()
+                yield _failure(_Reply(opened.status, opened.headers, body), run_id)
+                return
+            async for item in _read_stream(opened, idle_timeout_s):
+                yield item
+        finally:
+            opened.close()
+
+    async def forward(self, method: str, path: str, body: bytes | None) -> ForwardOutcome:
+        headers = {"Content-Type": "application/json"} if body is not None else None
+        reply = await self._call(method, path, body=body, headers=headers)
+        if isinstance(reply, Unavailable):
+            return reply
+        kept = {name: reply.headers[name] for name in FORWARDED_HEADERS if name in reply.headers}
+        return Forwarded(reply.status, kept, reply.body)
+
+    @asynccontextmanager
+    async def forward_stream(self, path: str) -> AsyncIterator[aiohttp.ClientResponse]:
+        """The upstream response of a streaming GET, unread; raises `errors.Unavailable` when it cannot open."""
+        opened = await self._open(path)
+        if isinstance(opened, Unavailable):
+            raise errors.Unavailable(f"Hermes did not answer: {opened.reason}")
+        try:
+            yield opened
+        finally:
+            opened.close()
+
+    async def aclose(self) -> None:
+        if self._session is not None and self._owns_session:
+            await self._session.close()
+        self._session = None
+
+    async def _call(
+        self, method: str, path: str, *, body: bytes | None = None, headers: dict[str, str] | None = None
+    ) -> _Reply | Unavailable:
+        started = time.monotonic()
+        status: int | None = None
+        try:
+            async with self._client().request(
+                method,
+                self._url(path),
+                data=body,
+                headers=self._headers(headers),
+                timeout=aiohttp.ClientTimeout(total=self._timeout_s),
+            ) as response:
+                status = response.status
+                return _Reply(response.status, response.headers, await response.read())
+        except TimeoutError:
+            return Unavailable("timed out")
+        except (aiohttp.ClientError, OSError) as exc:
+            return Unavailable(f"{type(exc).__name__}: {exc}")
+        finally:
+            self._logged(method, path, status, started)
+
+    async def _open(self, path: str) -> aiohttp.ClientResponse | Unavailable:
+        """Send a streaming GET and wait (within the request timeout) for its headers only."""
+        started = time.monotonic()
+        status: int | None = None
+        # No read timeout: a stream may be quiet for long; the caller's idle timeout bounds it.
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._timeout_s, sock_read=None)
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                response = await self._client().get(self._url(path), headers=self._headers(None), timeout=timeout)
+            status = response.status
+            return response
+        except TimeoutError:
+            return Unavailable("timed out")
+        except (aiohttp.ClientError, OSError) as exc:
+            return Unavailable(f"{type(exc).__name__}: {exc}")
+        finally:
+            self._logged("GET", path, status, started)
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+            self._owns_session = True
+        return self._session
+
+    def _url(self, path: str) -> URL:
+        return URL(self._base_url + path, encoded=True)  # run ids are already quoted by _run_path
+
+    def _headers(self, extra: dict[str, str] | None) -> dict[str, str]:
+        headers = dict(extra or {})
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        return headers
+
+    def _logged(self, method: str, path: str, status: int | None, started: float) -> None:
+        duration_ms = round((time.monotonic() - started) * 1000)
+        self._log.debug(
+            "Called Hermes.", extra={"method": method, "path": path, "status": status, "durationMs": duration_ms}
+        )
+
+
+def create_outcome(status: int, headers: Mapping[str, str], body: bytes) -> CreateOutcome:
+    """Classify Hermes's answer to POST /v1/runs."""
+    payload = parse_json_object(body)
+    if status in (200, 201, 202):
+        run_id = payload.get("run_id") if payload else None
+        if not isinstance(run_id, str) or not run_id:
+            return Unavailable("create answer without a run_id")
+        replayed = payload.get("replayed") is True if payload else False
+        return Accepted(run_id, replayed or headers.get("Idempotency-Replayed", "").lower() == "true")
+    retry_after = parse_retry_after(headers.get("Retry-After"))
+    message, code = error_fields(payload)
+    if status == 429:
+        return Busy(retry_after)
+    if status == 503 and code == "gateway_draining":
+        return Draining(retry_after)
+    if status in (401, 403):
+        return Unauthorized(status)
+    if 400 <= status < 500:
+        return Rejected(status, message, code)
+    return Unavailable(f"HTTP {status}")
+
+
+async def _read_stream(response: aiohttp.ClientResponse, idle_timeout_s: float) -> AsyncIterator[StreamItem]:
+    """Events and comments until Hermes closes the stream, it breaks, or no event came for `idle_timeout_s`.
+
+    Only `data:` frames reset the idle timer: a stream orphaned upstream sends keepalives forever.
+    """
+    loop = asyncio.get_running_loop()
+    decoder = SseDecoder()
+    clean = closed = False
+    deadline = loop.time() + idle_timeout_s
+    try:
+        while not closed:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    chunk = await response.content.readany()
+            except TimeoutError:
+                break
+            if not chunk:
+                break
+            for item in decoder.feed_chunk(chunk):
+                if isinstance(item, HermesEvent):
+                    deadline = loop.time() + idle_timeout_s
+                    clean = clean or item.terminal
+                closed = isinstance(item, Comment) and item.text == "stream closed"
+                clean = clean or closed
+                yield item
+                if closed:
+                    break
+    except (aiohttp.ClientError, OSError):
+        pass  # a broken connection ends the stream, cleanly only if its end was already seen
+    yield StreamEnded(clean)
+
+
+def _failure(reply: _Reply, run_id: str) -> NotFound | Unauthorized | Unavailable:
+    if reply.status == 404:
+        return NotFound(run_id)
+    if reply.status in (401, 403):
+        return Unauthorized(reply.status)
+    return Unavailable(f"HTTP {reply.status}")
+
+
+def _run_path(run_id: str, suffix: str = "") -> str:
+    return f"/v1/runs/{quote(run_id, safe='')}{suffix}"
