@@ -10,6 +10,7 @@ from cattrs.preconf.orjson import OrjsonConverter, make_converter
 from cattrs.strategies import configure_tagged_union
 
 from broker.events import JobEvent, UnknownEvent
+from projections.job import JobView
 
 event_codec: OrjsonConverter = make_converter()
 configure_tagged_union(
@@ -35,3 +36,18 @@ def decode(data: bytes | str) -> JobEvent:
 
 def to_builtins(event: JobEvent) -> dict[str, Any]:
     return cast(dict[str, Any], event_codec.unstructure(event, unstructure_as=JobEvent))
+
+
+view_codec: OrjsonConverter = make_converter()
+
+
+def encode_view(view: JobView) -> bytes:
+    return view_codec.dumps(view)
+
+
+def decode_view(data: bytes | str) -> JobView | None:
+    """A stored view, or None when this replica cannot read it (the caller refolds the stream)."""
+    try:
+        return view_codec.loads(data, JobView)
+    except (BaseValidationError, ValueError, TypeError, KeyError):
+        return None

@@ -1,0 +1,1 @@
+"""The HTTP edge: app factory, thin handlers, request schemas, the error envelope, SSE."""

@@ -1,0 +1,84 @@
+"""The app factory: typed app keys, middlewares, routes, and Redis as a cleanup context."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+
+from aiohttp import web
+
+from broker.clock import Clock, SystemClock
+from broker.config import Config
+from broker.driver.service import JobService
+from broker.http import health, routes
+from broker.http.appkeys import clock_key, config_key, draining_key, metrics_key, redis_key, service_key
+from broker.http.errors import Handler, error_middleware
+from broker.logging import get_logger
+from broker.metrics import Metrics
+from broker.store import work
+from broker.store.connection import connect
+from broker.store.jobs import JobStore
+
+MAX_BODY = 10_000_000
+
+_QUIET_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+
+
+def create_app(config: Config, *, redis_url: str | None = None, clock: Clock | None = None) -> web.Application:
+    """Build the broker app; `redis_url` overrides `config.redis_url` (the embedded server's URL)."""
+    app = web.Application(client_max_size=MAX_BODY, middlewares=[_request_log, error_middleware])
+    app[config_key] = config
+    app[clock_key] = clock or SystemClock()
+    app[metrics_key] = Metrics()
+    app[draining_key] = [False]
+    app.cleanup_ctx.append(_redis_context(redis_url or config.redis_url))
+    routes.register(app)
+    health.register(app)
+    return app
+
+
+def _redis_context(url: str | None) -> Callable[[web.Application], AsyncIterator[None]]:
+    async def context(app: web.Application) -> AsyncIterator[None]:
+        if url is None:
+            raise RuntimeError("create_app needs a Redis URL (REDIS_URL, or the embedded server's)")
+        redis = connect(url)
+        log = get_logger("broker.http.app.Redis")
+        await redis.ping()
+        await work.ensure_group(redis)
+        log.info("Connected to Redis.", extra={"redis": _safe(url)})
+        app[redis_key] = redis
+        app[service_key] = JobService(
+            JobStore(redis, retention_ms=app[config_key].runs_retention_ms), app[clock_key], app[metrics_key]
+        )
+        yield
+        await redis.aclose()
+        log.info("Disconnected from Redis.", extra={"redis": _safe(url)})
+
+    return context
+
+
+def _safe(url: str) -> str:
+    """The URL without a password."""
+    if "@" not in url:
+        return url
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://***@{rest.rpartition('@')[2]}"
+
+
+@web.middleware
+async def _request_log(request: web.Request, handler: Handler) -> web.StreamResponse:
+    started = time.perf_counter()
+    response = await handler(request)
+    fields = {
+        "method": request.method,
+        "path": request.path,
+        "status": response.status,
+        "durationMs": round((time.perf_counter() - started) * 1000, 1),
+        "remote": request.remote,
+    }
+    log = get_logger("broker.http.app.RequestLog")
+    if request.path in _QUIET_PATHS:
+        log.debug("Answered a request.", extra=fields)
+    else:
+        log.info("Answered a request.", extra=fields)
+    return response

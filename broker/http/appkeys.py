@@ -1,0 +1,18 @@
+"""Typed application keys (no string keys on the app)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+from redis.asyncio import Redis
+
+from broker.clock import Clock
+from broker.config import Config
+from broker.driver.service import JobService
+from broker.metrics import Metrics
+
+config_key = web.AppKey("config", Config)
+clock_key = web.AppKey("clock", Clock)
+metrics_key = web.AppKey("metrics", Metrics)
+redis_key = web.AppKey("redis", Redis)
+service_key = web.AppKey("service", JobService)
+draining_key = web.AppKey("draining", list[bool])  #: a one-element flag, set on SIGTERM

@@ -1,0 +1,65 @@
+"""Every failure answers the Hermes envelope; no route answers plain text or HTML."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from broker.errors import BrokerError
+from broker.logging import get_logger
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+_HTTP_CODES = {
+    400: "bad_request",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "body_too_large",
+    415: "unsupported_media_type",
+}
+
+_log = get_logger("broker.http.errors.ErrorMiddleware")
+
+
+def envelope(
+    status: int,
+    message: str,
+    *,
+    code: str | None,
+    type_: str = "invalid_request_error",
+    param: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> web.Response:
+    body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
+    return web.json_response(body, status=status, headers=headers)
+
+
+def from_broker_error(error: BrokerError) -> web.Response:
+    return envelope(error.status, error.message, code=error.code, type_=error.type, param=error.param)
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except BrokerError as error:
+        return from_broker_error(error)
+    except web.HTTPException as error:
+        if error.status < 400:
+            raise
+        return _from_http_exception(error)
+    except Exception:
+        # The last guard: a bug must still answer the envelope, and is logged with its traceback.
+        _log.exception("Failed to answer a request.", extra={"method": request.method, "path": request.path})
+        return envelope(500, "The broker failed to answer this request.", code="internal_error", type_="server_error")
+
+
+def _from_http_exception(error: web.HTTPException) -> web.Response:
+    headers = {"Allow": error.headers["Allow"]} if "Allow" in error.headers else None
+    message = {
+        404: "Not found.",
+        405: "Method not allowed.",
+        413: "Request body is larger than 10 MB.",
+    }.get(error.status, error.reason)
+    return envelope(error.status, message, code=_HTTP_CODES.get(error.status), headers=headers)

@@ -1,0 +1,48 @@
+"""Operations routes: /healthz (process), /readyz (Redis, draining, Hermes, queue age), /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+from redis.exceptions import RedisError
+
+from broker.http.appkeys import clock_key, draining_key, metrics_key, redis_key
+from broker.store import work
+
+READY_TIMEOUT_S = 2.0
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    app = request.app
+    report: dict[str, object] = {"redis": False, "draining": app[draining_key][0]}
+    try:
+        async with asyncio.timeout(READY_TIMEOUT_S):
+            await app[redis_key].ping()
+            stats = await work.queue_stats(app[redis_key])
+        report["redis"] = True
+        report["queue_depth"] = stats.depth
+        oldest = stats.oldest_ms
+        report["oldest_queued_age_ms"] = None if oldest is None else max(0, app[clock_key].now_ms() - oldest)
+    except (RedisError, OSError, TimeoutError) as error:
+        report["reason"] = f"redis unavailable: {type(error).__name__}"
+    if report["draining"]:
+        report["reason"] = "draining"
+    ready = report["redis"] is True and not report["draining"]
+    report["status"] = "ready" if ready else "not_ready"
+    return web.json_response(report, status=200 if ready else 503)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    registry = request.app[metrics_key]
+    return web.Response(body=registry.render(), content_type="text/plain", charset="utf-8")
+
+
+def register(app: web.Application) -> None:
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)

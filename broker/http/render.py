@@ -1,0 +1,60 @@
+"""The job object of SPEC S3.2, rendered from a job view (float epoch seconds, as Hermes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from broker.events import Context
+from projections.job import JobView
+
+DEFAULT_MODEL = "hermes-agent"
+
+
+def seconds(ms: int) -> float:
+    return ms / 1000
+
+
+def job_object(view: JobView) -> dict[str, Any]:
+    document: dict[str, Any] = {
+        "object": "hermes.run",
+        "run_id": view.job_id,
+        "status": view.status.value,
+        "created_at": seconds(view.created_at_ms),
+        "updated_at": seconds(view.updated_at_ms),
+        "session_id": view.session_id,
+        "model": view.model or DEFAULT_MODEL,
+        "last_event": view.last_event,
+        "attempts": view.attempts,
+        "hermes_run_id": view.hermes_run_id,
+        "hold": _hold(view),
+        "output": view.output,
+        "usage": orjson.loads(view.usage) if view.usage else None,
+        "error": {"code": view.error_code, "message": view.error_message or ""} if view.error_code else None,
+    }
+    if view.context is not None:
+        document["context"] = context_object(view.context)
+    document["reporting"] = {"board": view.reporting.board, "post": view.reporting.post}
+    if view.dropped_deltas:
+        document["dropped_deltas"] = view.dropped_deltas
+    return document
+
+
+def context_object(context: Context) -> dict[str, Any]:
+    document: dict[str, Any] = {"title": context.title}
+    if context.url is not None:
+        document["url"] = context.url
+    if context.links is not None:
+        document["links"] = [{"text": link.text, "url": link.url} for link in context.links]
+    return document
+
+
+def _hold(view: JobView) -> dict[str, Any] | None:
+    if view.hold is None:
+        return None
+    return {
+        "reason": view.hold.reason.value,
+        "since": seconds(view.hold.since_ms),
+        "retry_at": seconds(view.hold.retry_at_ms),
+    }

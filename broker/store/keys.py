@@ -1,0 +1,56 @@
+"""The Redis key schema, declared once. No key string appears anywhere else.
+
+key               type    holds                                               TTL / writer
+hbr:{J}:events    stream  the job's events, field `e` = JSON; id = SSE id     RUNS_RETENTION; http, driver (fenced)
+hbr:{J}:view      hash    `state` = job view JSON, `last_id` = id folded to   RUNS_RETENTION; same script as append
+hbr:{J}:lease     string  run lease token                                     RUNS_LEASE; driver
+hbr:{J}:board     hash    latest board report, pending and acked versions     until expiry; same script as append
+hbr:work          stream  job ids ready to drive; group `drivers`             acked; http, scheduler
+hbr:due           zset    job id -> epoch ms of its next wake-up              none; driver
+hbr:board:outbox  stream  due board deliveries; group `senders`               acked; projector, scheduler
+hbr:board:due     zset    key -> when a coalesced refresh is due              none; projector
+hbr:board:index   zset    key -> sourceActivityAt + HERMES_TTL                none; projector
+hbr:lock:<name>   string  token-owned locks                                   lock TTL; sender, reconciler
+
+`{J}` is the job id as a Redis Cluster hash tag: every per-job key lives in one slot, so every
+per-job atomic write is one Lua script on one node.
+"""
+
+from __future__ import annotations
+
+PREFIX = "hbr"
+EVENT_FIELD = "e"
+
+WORK = f"{PREFIX}:work"
+WORK_GROUP = "drivers"
+DUE = f"{PREFIX}:due"
+BOARD_OUTBOX = f"{PREFIX}:board:outbox"
+BOARD_OUTBOX_GROUP = "senders"
+BOARD_DUE = f"{PREFIX}:board:due"
+BOARD_INDEX = f"{PREFIX}:board:index"
+
+
+def events(job_id: str) -> str:
+    return f"{PREFIX}:{{{job_id}}}:events"
+
+
+def view(job_id: str) -> str:
+    return f"{PREFIX}:{{{job_id}}}:view"
+
+
+def lease(job_id: str) -> str:
+    return f"{PREFIX}:{{{job_id}}}:lease"
+
+
+def board(job_id: str) -> str:
+    return f"{PREFIX}:{{{job_id}}}:board"
+
+
+def lock(name: str) -> str:
+    return f"{PREFIX}:lock:{name}"
+
+
+def job_id_of(key: str) -> str | None:
+    """The job id inside a per-job key (for SCAN-based tools), or None."""
+    start, end = key.find("{"), key.find("}")
+    return key[start + 1 : end] if 0 <= start < end else None

@@ -1,0 +1,27 @@
+"""Loads each Lua script once and wraps it with typed calls (the replies are narrowed here)."""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import cast
+
+from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
+
+
+def _source(name: str) -> str:
+    return resources.files("broker.store").joinpath("scripts", f"{name}.lua").read_text()
+
+
+class Scripts:
+    """The registered scripts of one Redis client (EVALSHA, reloaded on NOSCRIPT by redis-py)."""
+
+    def __init__(self, redis: Redis) -> None:
+        self.create_job: AsyncScript = redis.register_script(_source("create_job"))
+        self.append_events: AsyncScript = redis.register_script(_source("append_events"))
+
+
+def as_strings(reply: object) -> list[str]:
+    """Narrow a script's array reply (bytes or str items, by client setting) to strings."""
+    items = cast(list[bytes | str | int], reply)
+    return [item.decode() if isinstance(item, bytes) else str(item) for item in items]
