@@ -10,7 +10,7 @@ from aiohttp import web
 from broker.clock import Clock, SystemClock
 from broker.config import Config
 from broker.driver.service import JobService
-from broker.http import health, routes
+from broker.http import health, routes, sse
 from broker.http.appkeys import clock_key, config_key, draining_key, metrics_key, redis_key, service_key
 from broker.http.errors import Handler, error_middleware
 from broker.logging import get_logger
@@ -33,6 +33,7 @@ def create_app(config: Config, *, redis_url: str | None = None, clock: Clock | N
     app[draining_key] = [False]
     app.cleanup_ctx.append(_redis_context(redis_url or config.redis_url))
     routes.register(app)
+    sse.register(app)
     health.register(app)
     return app
 

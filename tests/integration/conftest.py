@@ -1,0 +1,37 @@
+"""Integration fixtures: the broker app over real HTTP on loopback, against the session redis-server."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+from redis.asyncio import Redis
+
+from broker.config import Config
+from broker.http.app import create_app
+from tests.conftest import RedisServer
+
+ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
+
+
+@pytest.fixture
+def config(redis_server: RedisServer) -> Config:
+    return Config(redis_url=redis_server.url, runs_event_block_ms=500)
+
+
+@pytest.fixture
+def make_client(aiohttp_client: Any, config: Config, redis: Redis) -> ClientFactory:
+    """Start another broker app (a replica) sharing the session Redis; `overrides` change its config."""
+
+    async def make(**overrides: Any) -> TestClient[Any, Any]:
+        client: TestClient[Any, Any] = await aiohttp_client(create_app(config.with_(**overrides)))
+        return client
+
+    return make
+
+
+@pytest.fixture
+async def client(make_client: ClientFactory) -> TestClient[Any, Any]:
+    return await make_client()
