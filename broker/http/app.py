@@ -10,8 +10,9 @@ from aiohttp import web
 from broker.clock import Clock, SystemClock
 from broker.config import Config
 from broker.driver.service import JobService
+from broker.hermes.client import AiohttpHermesClient, HermesClient
 from broker.http import health, routes, sse
-from broker.http.appkeys import clock_key, config_key, draining_key, metrics_key, redis_key, service_key
+from broker.http.appkeys import clock_key, config_key, draining_key, hermes_key, metrics_key, redis_key, service_key
 from broker.http.errors import Handler, error_middleware
 from broker.logging import get_logger
 from broker.metrics import Metrics
@@ -24,14 +25,18 @@ MAX_BODY = 10_000_000
 _QUIET_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 
 
-def create_app(config: Config, *, redis_url: str | None = None, clock: Clock | None = None) -> web.Application:
+def create_app(
+    config: Config, *, redis_url: str | None = None, clock: Clock | None = None, hermes: HermesClient | None = None
+) -> web.Application:
     """Build the broker app; `redis_url` overrides `config.redis_url` (the embedded server's URL)."""
     app = web.Application(client_max_size=MAX_BODY, middlewares=[_request_log, error_middleware])
     app[config_key] = config
     app[clock_key] = clock or SystemClock()
     app[metrics_key] = Metrics()
     app[draining_key] = [False]
+    app[hermes_key] = hermes or AiohttpHermesClient(config.hermes_url, config.hermes_api_key, config.hermes_timeout_ms)
     app.cleanup_ctx.append(_redis_context(redis_url or config.redis_url))
+    app.on_cleanup.append(_close_hermes)
     routes.register(app)
     sse.register(app)
     health.register(app)
@@ -56,6 +61,10 @@ def _redis_context(url: str | None) -> Callable[[web.Application], AsyncIterator
         log.info("Disconnected from Redis.", extra={"redis": _safe(url)})
 
     return context
+
+
+async def _close_hermes(app: web.Application) -> None:
+    await app[hermes_key].aclose()
 
 
 def _safe(url: str) -> str:

@@ -8,6 +8,7 @@ from redis.asyncio import Redis
 from broker.clock import Clock
 from broker.config import Config
 from broker.driver.service import JobService
+from broker.hermes.client import HermesClient
 from broker.metrics import Metrics
 
 config_key = web.AppKey("config", Config)
@@ -15,4 +16,5 @@ clock_key = web.AppKey("clock", Clock)
 metrics_key = web.AppKey("metrics", Metrics)
 redis_key = web.AppKey("redis", Redis)
 service_key = web.AppKey("service", JobService)
+hermes_key = web.AppKey("hermes", HermesClient)
 draining_key = web.AppKey("draining", list[bool])  #: a one-element flag, set on SIGTERM
