@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from functools import reduce
 from typing import assert_never
@@ -56,6 +57,10 @@ class JobView:
     last_event: str | None = "job.queued"
     attempt: int = 1  #: the attempt being driven (accepted or not yet)
     attempts: int = 0  #: runs Hermes accepted
+    accepted_attempt: int = 0  #: the last attempt Hermes accepted (== attempt: the current run is live)
+    hold_count: int = 0  #: consecutive holds of the current attempt (the backoff exponent)
+    approval_command: str | None = None  #: command of the last approval.request of the current run
+    event_count: int = 0  #: events stored in the job's stream (RUNS_EVENTS_MAXLEN)
     hermes_run_id: str | None = None
     hold: Hold | None = None
     stop_requested: bool = False
@@ -73,7 +78,7 @@ def apply(view: JobView | None, event: JobEvent) -> JobView | None:
         return _created(event) if isinstance(event, JobCreated) else None
     if view.status.terminal:
         return view
-    return _apply_live(view, event)
+    return evolve(_apply_live(view, event), event_count=view.event_count + 1)
 
 
 def fold(events: Iterable[JobEvent], initial: JobView | None = None) -> JobView | None:
@@ -103,7 +108,13 @@ def _apply_live(view: JobView, event: JobEvent) -> JobView:
             return view  # a replayed create, or a newer replica's event, changes nothing
         case JobHeld(reason=reason, at_ms=at, retry_at_ms=retry_at):
             since = view.hold.since_ms if view.hold else at
-            return evolve(view, hold=Hold(reason, since, retry_at), last_event="job.held", updated_at_ms=at)
+            return evolve(
+                view,
+                hold=Hold(reason, since, retry_at),
+                hold_count=view.hold_count + 1,
+                last_event="job.held",
+                updated_at_ms=at,
+            )
         case RunAccepted(attempt=attempt, hermes_run_id=run_id, at_ms=at):
             status = JobStatus.STOPPING if view.stop_requested else JobStatus.RUNNING
             return evolve(
@@ -111,8 +122,11 @@ def _apply_live(view: JobView, event: JobEvent) -> JobView:
                 status=status,
                 attempt=attempt,
                 attempts=view.attempts + 1,
+                accepted_attempt=attempt,
                 hermes_run_id=run_id,
                 hold=None,
+                hold_count=0,
+                approval_command=None,
                 last_event="job.accepted",
                 updated_at_ms=at,
             )
@@ -123,7 +137,10 @@ def _apply_live(view: JobView, event: JobEvent) -> JobView:
         case RunInterrupted(at_ms=at):
             return evolve(view, last_event="job.interrupted", updated_at_ms=at)
         case RunResubmitted(attempt=attempt, at_ms=at):
-            return evolve(view, attempt=attempt, last_event="job.resubmitted", updated_at_ms=at)
+            status = JobStatus.RUNNING if view.status is JobStatus.WAITING_FOR_APPROVAL else view.status
+            return evolve(
+                view, status=status, attempt=attempt, hold_count=0, last_event="job.resubmitted", updated_at_ms=at
+            )
         case StopRequested(at_ms=at):
             status = JobStatus.STOPPING if view.status in _ACTIVE else view.status
             return evolve(view, status=status, stop_requested=True, last_event="job.stop_requested", updated_at_ms=at)
@@ -141,13 +158,21 @@ def _hermes_event(view: JobView, event: HermesEventRecorded) -> JobView:
         return view  # a late event of a superseded attempt
     if event.name == "message.delta":
         return view  # as in Hermes, deltas move neither last_event nor updated_at
-    status = view.status
-    if status in _ACTIVE:
-        if event.name == "approval.request":
-            status = JobStatus.WAITING_FOR_APPROVAL
-        elif event.name == "approval.responded":
-            status = JobStatus.RUNNING
-    return evolve(view, status=status, last_event=event.name, updated_at_ms=event.at_ms)
+    status, command = view.status, view.approval_command
+    if event.name == "approval.request":
+        command = _command(event.payload)
+        status = JobStatus.WAITING_FOR_APPROVAL if status in _ACTIVE else status
+    elif event.name == "approval.responded" and status in _ACTIVE:
+        status = JobStatus.RUNNING
+    return evolve(view, status=status, approval_command=command, last_event=event.name, updated_at_ms=event.at_ms)
+
+
+def _command(payload: str) -> str | None:
+    try:
+        command = json.loads(payload).get("command")
+    except (ValueError, AttributeError):
+        return None
+    return command if isinstance(command, str) else None
 
 
 def _finished(view: JobView, event: JobFinished) -> JobView:
