@@ -1,0 +1,1 @@
+"""Board reports (SPEC S5): pure rendering here; delivery and reconciliation live beside it."""
