@@ -35,17 +35,24 @@ class Created:
 class JobStore:
     """Reads and writes job streams; every write is one Lua script, one round trip."""
 
-    def __init__(self, redis: Redis, *, retention_ms: int) -> None:
+    def __init__(self, redis: Redis, *, retention_ms: int, takeover_ms: int = 15_000) -> None:
         self._redis = redis
         self._scripts = Scripts(redis)
         self._retention_ms = retention_ms
+        self._takeover_ms = takeover_ms  # a job nobody took by then is promoted again (RUNS_LEASE)
 
     async def create(self, event: JobCreated, view: JobView) -> Created:
         """Store `event` and its view and enqueue the job, unless the job id exists already."""
         reply = as_strings(
             await self._scripts.create_job(
-                keys=[keys.events(event.job_id), keys.view(event.job_id), keys.WORK],
-                args=[encode(event), encode_view(view), self._retention_ms, event.job_id],
+                keys=[keys.events(event.job_id), keys.view(event.job_id), keys.WORK, keys.DUE],
+                args=[
+                    encode(event),
+                    encode_view(view),
+                    self._retention_ms,
+                    event.job_id,
+                    event.at_ms + self._takeover_ms,
+                ],
             )
         )
         if reply[0] == "1":

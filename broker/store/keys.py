@@ -11,6 +11,7 @@ hbr:board:outbox  stream  due board deliveries; group `senders`               ac
 hbr:board:due     zset    key -> when a coalesced refresh is due              none; projector
 hbr:board:index   zset    key -> sourceActivityAt + HERMES_TTL                none; projector
 hbr:lock:<name>   string  token-owned locks                                   lock TTL; sender, reconciler
+hbr:signals       pubsub  job ids whose owner should re-read their stream     -; http (stop, approval)
 
 `{J}` is the job id as a Redis Cluster hash tag: every per-job key lives in one slot, so every
 per-job atomic write is one Lua script on one node.
@@ -24,6 +25,7 @@ EVENT_FIELD = "e"
 WORK = f"{PREFIX}:work"
 WORK_GROUP = "drivers"
 DUE = f"{PREFIX}:due"
+SIGNALS = f"{PREFIX}:signals"  # pub/sub: a job id whose owner should look at its stream now
 BOARD_OUTBOX = f"{PREFIX}:board:outbox"
 BOARD_OUTBOX_GROUP = "senders"
 BOARD_DUE = f"{PREFIX}:board:due"

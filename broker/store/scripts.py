@@ -19,6 +19,9 @@ class Scripts:
     def __init__(self, redis: Redis) -> None:
         self.create_job: AsyncScript = redis.register_script(_source("create_job"))
         self.append_events: AsyncScript = redis.register_script(_source("append_events"))
+        self.renew_lease: AsyncScript = redis.register_script(_source("renew_lease"))
+        self.release_lease: AsyncScript = redis.register_script(_source("release_lease"))
+        self.promote_due: AsyncScript = redis.register_script(_source("promote_due"))
 
 
 def as_strings(reply: object) -> list[str]:
