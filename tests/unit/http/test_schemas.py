@@ -1,0 +1,139 @@
+"""CreateRun.from_request (SPEC S3.1): what is forwarded, what stays with the broker, what fails."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from broker.errors import InvalidRequest
+from broker.events import Context, Link, Reporting
+from broker.http.schemas import CreateRun
+from broker.ids import fingerprint
+
+CODES = {
+    "invalid_json",
+    "missing_input",
+    "invalid_input",
+    "invalid_field",
+    "invalid_context",
+    "invalid_reporting",
+    "invalid_idempotency_key",
+    "invalid_session_key",
+}
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+FIELDS = ["input", "instructions", "model", "session_id", "previous_response_id", "conversation_history"]
+bodies = st.fixed_dictionaries(
+    {},
+    optional={name: json_values for name in [*FIELDS, "context", "reporting", "extra"]}
+    | {"input": st.text() | json_values},
+)
+
+
+def _parse(body: Any, **headers: str) -> CreateRun:
+    return CreateRun.from_request(orjson.dumps(body), headers)
+
+
+def test_only_forwarded_fields_reach_the_execution_body() -> None:
+    run = _parse(
+        {
+            "input": "hi",
+            "instructions": "be brief",
+            "model": "m",
+            "session_id": "s-1",
+            "previous_response_id": "resp_1",
+            "conversation_history": [{"role": "user", "content": "before"}],
+            "context": {"title": "T"},
+            "reporting": {"board": False},
+            "stream": True,
+            "metadata": {"x": 1},
+        }
+    )
+    assert orjson.loads(run.body) == {
+        "input": "hi",
+        "instructions": "be brief",
+        "model": "m",
+        "session_id": "s-1",
+        "previous_response_id": "resp_1",
+        "conversation_history": [{"role": "user", "content": "before"}],
+    }
+    assert (run.session_id, run.model) == ("s-1", "m")
+    assert run.context == Context(title="T")
+    assert run.reporting == Reporting(board=False, post=True)
+
+
+def test_null_forwarded_fields_count_as_absent() -> None:
+    run = _parse({"input": "hi", "instructions": None, "model": None, "session_id": None})
+    assert orjson.loads(run.body) == {"input": "hi"}
+
+
+def test_context_is_stored_exactly_as_given() -> None:
+    links = [{"text": " Pipeline  ", "url": "https://ci.example/p/1?x=%20"}]
+    run = _parse({"input": "hi", "context": {"title": "  Review  ", "url": "http://a.b/c#d", "links": links}})
+    assert run.context == Context(
+        title="  Review  ", url="http://a.b/c#d", links=(Link(" Pipeline  ", "https://ci.example/p/1?x=%20"),)
+    )
+    assert b"Review" not in run.body
+
+
+@pytest.mark.parametrize(("reporting", "flags"), [({}, (True, True)), ({"post": False}, (True, False))])
+def test_reporting_flags_resolve_to_true_when_omitted(reporting: dict[str, bool], flags: tuple[bool, bool]) -> None:
+    run = _parse({"input": "hi", "reporting": reporting})
+    assert (run.reporting.board, run.reporting.post) == flags
+    assert _parse({"input": "hi"}).reporting == Reporting(True, True)
+
+
+def test_the_fingerprint_is_input_and_instructions_only() -> None:
+    base = _parse({"input": "hi", "instructions": "x"})
+    other = _parse({"input": "hi", "instructions": "x", "model": "m", "session_id": "s", "context": {"title": "t"}})
+    assert base.fingerprint == other.fingerprint == fingerprint("hi", "x")
+    assert _parse({"input": "hi"}).fingerprint != base.fingerprint
+
+
+def test_headers_are_kept() -> None:
+    run = _parse({"input": "hi"}, **{"Idempotency-Key": "k-1", "X-Hermes-Session-Key": "sess"})
+    assert (run.idempotency_key, run.session_key) == ("k-1", "sess")
+
+
+@given(bodies)
+def test_any_object_is_either_a_create_or_a_named_400(body: dict[str, Any]) -> None:
+    try:
+        run = _parse(body)
+    except InvalidRequest as error:
+        assert error.code in CODES
+        assert error.status == 400
+        assert error.message
+        return
+    forwarded = orjson.loads(run.body)
+    assert set(forwarded) <= set(FIELDS)
+    assert forwarded["input"]
+
+
+@given(st.binary())
+def test_any_bytes_are_either_a_create_or_a_named_400(raw: bytes) -> None:
+    try:
+        CreateRun.from_request(raw, {})
+    except InvalidRequest as error:
+        assert error.code in CODES
+
+
+@given(st.text(), st.text())
+def test_any_header_values_are_either_accepted_or_a_named_400(key: str, session: str) -> None:
+    try:
+        run = _parse({"input": "hi"}, **{"Idempotency-Key": key, "X-Hermes-Session-Key": session})
+    except InvalidRequest as error:
+        assert error.code in ("invalid_idempotency_key", "invalid_session_key")
+        return
+    assert run.idempotency_key == key
+    assert 1 <= len(key) <= 255 and all(0x21 <= ord(c) <= 0x7E for c in key)

@@ -1,0 +1,98 @@
+"""The event and view codecs: exact round trips, lenient decoding of what a replica cannot read."""
+
+from __future__ import annotations
+
+from typing import Any, get_args
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from broker.codec import decode, decode_view, encode, encode_view, to_builtins
+from broker.events import JobCreated, JobEvent, UnknownEvent
+from projections.job import JobView, fold
+from tests.strategies import any_event, by_type, histories
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+EVENT_TYPES = [cls.__name__ for cls in get_args(JobEvent) if cls is not UnknownEvent]
+
+
+@given(any_event())
+def test_every_event_round_trips(event: JobEvent) -> None:
+    assert decode(encode(event)) == event
+    assert decode(encode(event).decode()) == event
+
+
+@given(any_event())
+def test_the_type_tag_is_the_class_name(event: JobEvent) -> None:
+    document = orjson.loads(encode(event))
+    assert document["type"] == type(event).__name__
+    assert to_builtins(event) == document
+
+
+@pytest.mark.parametrize("event_type", get_args(JobEvent), ids=lambda cls: cls.__name__)
+@given(data=st.data())
+def test_each_event_type_round_trips(event_type: type, data: st.DataObject) -> None:
+    event = data.draw(by_type()[event_type])
+    assert type(event) is event_type
+    assert decode(encode(event)) == event
+
+
+@given(any_event(), st.dictionaries(st.text(min_size=1).filter(lambda k: k != "type"), json_values, max_size=3))
+def test_extra_fields_are_ignored(event: JobEvent, extra: dict[str, Any]) -> None:
+    document = to_builtins(event)
+    stored = {**{key: value for key, value in extra.items() if key not in document}, **document}
+    assert decode(orjson.dumps(stored)) == event
+
+
+@given(any_event(), st.text().filter(lambda tag: tag not in EVENT_TYPES))
+def test_an_unknown_type_decodes_as_unknown_event(event: JobEvent, tag: str) -> None:
+    document = {**to_builtins(event), "type": tag}
+    assert decode(orjson.dumps(document)) == UnknownEvent()
+
+
+@given(st.binary())
+def test_garbage_bytes_never_raise(data: bytes) -> None:
+    assert isinstance(decode(data), get_args(JobEvent))
+
+
+@given(json_values)
+def test_any_json_that_is_not_an_event_decodes_as_unknown_event(value: Any) -> None:
+    assert decode(orjson.dumps(value)) == UnknownEvent()
+
+
+def test_a_known_type_with_missing_or_wrong_fields_is_unknown() -> None:
+    assert decode(b'{"type":"JobCreated"}') == UnknownEvent()
+    assert decode(b'{"type":"JobHeld","job_id":"j","at_ms":1,"reason":"nope","retry_at_ms":2}') == UnknownEvent()
+    assert decode(b'{"type":"RunAccepted","job_id":"j","at_ms":1,"attempt":[],"hermes_run_id":"r"}') == UnknownEvent()
+
+
+def test_a_legacy_create_without_reporting_keeps_both_flags() -> None:
+    legacy = b'{"type":"JobCreated","job_id":"job_1","at_ms":1,"body":"{}","fingerprint":"f"}'
+    event = decode(legacy)
+    assert isinstance(event, JobCreated)
+    assert (event.reporting.board, event.reporting.post, event.context) == (True, True, None)
+
+
+@given(histories())
+def test_every_view_round_trips(events: list[JobEvent]) -> None:
+    view = fold(events)
+    assert view is not None
+    assert decode_view(encode_view(view)) == view
+    assert decode_view(encode_view(view).decode()) == view
+
+
+@given(st.binary() | json_values.map(orjson.dumps))
+def test_an_unreadable_view_is_none(data: bytes) -> None:
+    decoded = decode_view(data)
+    assert decoded is None or isinstance(decoded, JobView)
+
+
+def test_a_view_with_missing_fields_is_none() -> None:
+    assert decode_view(b'{"job_id":"job_1"}') is None
+    assert decode_view(b"") is None

@@ -1,0 +1,165 @@
+"""Configuration (SPEC S2): every variable, its default and unit, and clear failures."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import attrs
+import pytest
+
+from broker.config import Config
+from broker.errors import ConfigError
+
+DEFAULTS = {
+    "host": "0.0.0.0",
+    "port": 8080,
+    "redis_url": None,
+    "data_dir": "./data",
+    "hermes_url": "http://127.0.0.1:8642",
+    "hermes_api_key": None,
+    "hermes_timeout_ms": 30_000,
+    "runs_concurrency": 64,
+    "runs_hold_ms": 2_400_000,
+    "runs_resubmit": 3,
+    "runs_backoff_ms": 1_000,
+    "runs_backoff_max_ms": 30_000,
+    "runs_poll_interval_ms": 2_000,
+    "runs_lease_ms": 15_000,
+    "runs_event_block_ms": 15_000,
+    "runs_retention_ms": 604_800_000,
+    "runs_events_maxlen": 100_000,
+    "runs_proxy_enabled": False,
+    "runs_approval_allow_always": False,
+    "shutdown_grace_ms": 25_000,
+    "board_enabled": False,
+    "board_url": None,
+    "board_platform": "runs",
+    "board_retries": 5,
+    "board_timeout_ms": 10_000,
+    "board_refresh_interval_ms": 60_000,
+    "board_reconcile_interval_ms": 3_600_000,
+    "hermes_ttl_ms": 86_400_000,
+    "log_level": "info",
+    "log_format": "json",
+}
+
+# variable -> (raw value, field, parsed value); every S2 variable, none at its default
+EVERY_VARIABLE = {
+    "HOST": ("127.0.0.1", "host", "127.0.0.1"),
+    "PORT": ("9090", "port", 9090),
+    "REDIS_URL": ("redis://10.0.0.1:6380/2", "redis_url", "redis://10.0.0.1:6380/2"),
+    "DATA_DIR": ("/var/lib/hbr", "data_dir", "/var/lib/hbr"),
+    "HERMES_URL": ("https://hermes.internal:8642", "hermes_url", "https://hermes.internal:8642"),
+    "HERMES_API_KEY": ("sekrit", "hermes_api_key", "sekrit"),
+    "HERMES_TIMEOUT": ("1234", "hermes_timeout_ms", 1234),
+    "RUNS_CONCURRENCY": ("7", "runs_concurrency", 7),
+    "RUNS_HOLD": ("60000", "runs_hold_ms", 60_000),
+    "RUNS_RESUBMIT": ("5", "runs_resubmit", 5),
+    "RUNS_BACKOFF": ("250", "runs_backoff_ms", 250),
+    "RUNS_BACKOFF_MAX": ("9000", "runs_backoff_max_ms", 9000),
+    "RUNS_POLL_INTERVAL": ("500", "runs_poll_interval_ms", 500),
+    "RUNS_LEASE": ("3000", "runs_lease_ms", 3000),
+    "RUNS_EVENT_BLOCK": ("800", "runs_event_block_ms", 800),
+    "RUNS_RETENTION": ("1000", "runs_retention_ms", 1000),
+    "RUNS_EVENTS_MAXLEN": ("50", "runs_events_maxlen", 50),
+    "RUNS_PROXY_ENABLED": ("true", "runs_proxy_enabled", True),
+    "RUNS_APPROVAL_ALLOW_ALWAYS": ("true", "runs_approval_allow_always", True),
+    "SHUTDOWN_GRACE": ("1000", "shutdown_grace_ms", 1000),
+    "BOARD_ENABLED": ("true", "board_enabled", True),
+    "BOARD_URL": ("https://board.example/hook", "board_url", "https://board.example/hook"),
+    "BOARD_PLATFORM": ("gitlab", "board_platform", "gitlab"),
+    "BOARD_RETRIES": ("2", "board_retries", 2),
+    "BOARD_TIMEOUT": ("4000", "board_timeout_ms", 4000),
+    "BOARD_REFRESH_INTERVAL": ("15000", "board_refresh_interval_ms", 15_000),
+    "BOARD_RECONCILE_INTERVAL": ("600000", "board_reconcile_interval_ms", 600_000),
+    "HERMES_TTL": ("3600000", "hermes_ttl_ms", 3_600_000),
+    "LOG_LEVEL": ("debug", "log_level", "debug"),
+    "LOG_FORMAT": ("text", "log_format", "text"),
+}
+
+
+def test_the_defaults_are_those_of_s2() -> None:
+    assert attrs.asdict(Config.from_env({})) == DEFAULTS
+
+
+def test_every_variable_parses() -> None:
+    config = Config.from_env({name: raw for name, (raw, _, _) in EVERY_VARIABLE.items()})
+    assert {field: getattr(config, field) for _, field, _ in EVERY_VARIABLE.values()} == {
+        field: value for _, field, value in EVERY_VARIABLE.values()
+    }
+    assert set(attrs.asdict(config)) == {field for _, field, _ in EVERY_VARIABLE.values()}
+
+
+@pytest.mark.parametrize("name", sorted(EVERY_VARIABLE))
+def test_each_variable_alone_changes_only_its_field(name: str) -> None:
+    raw, field, value = EVERY_VARIABLE[name]
+    env = {name: raw}
+    if name == "BOARD_ENABLED":
+        env["BOARD_URL"] = "https://board.example/hook"
+    changed = attrs.asdict(Config.from_env(env))
+    assert changed[field] == value
+    assert {k: v for k, v in changed.items() if k not in (field, "board_url")} == {
+        k: v for k, v in DEFAULTS.items() if k not in (field, "board_url")
+    }
+
+
+def test_unknown_variables_are_not_read() -> None:
+    assert Config.from_env({"RUNS_SOMETHING": "x", "PATH": "/bin"}) == Config()
+
+
+@pytest.mark.parametrize(
+    ("name", "raw"),
+    [
+        ("PORT", "abc"),
+        ("PORT", "80.5"),
+        ("PORT", "-1"),
+        ("HERMES_TIMEOUT", "30s"),
+        ("RUNS_CONCURRENCY", "0"),
+        ("RUNS_HOLD", ""),
+        ("RUNS_RETENTION", "1e9"),
+        ("RUNS_PROXY_ENABLED", "maybe"),
+        ("BOARD_ENABLED", "2"),
+        ("HERMES_URL", "localhost:8642"),
+        ("HERMES_URL", "ftp://hermes"),
+        ("HERMES_URL", "http://"),
+        ("BOARD_URL", "board.example/hook"),
+        ("REDIS_URL", "http://127.0.0.1:6379"),
+        ("LOG_LEVEL", "verbose"),
+        ("LOG_FORMAT", "xml"),
+    ],
+)
+def test_a_bad_value_names_its_variable(name: str, raw: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        Config.from_env({name: raw})
+    assert caught.value.message.startswith(f"{name}=")
+
+
+def test_board_enabled_needs_board_url() -> None:
+    with pytest.raises(ConfigError, match="BOARD_URL"):
+        Config.from_env({"BOARD_ENABLED": "true"})
+    with pytest.raises(ConfigError, match="BOARD_URL"):
+        Config.from_env({"BOARD_ENABLED": "true", "BOARD_URL": ""})
+
+
+def test_an_empty_redis_url_means_embedded() -> None:
+    assert Config.from_env({"REDIS_URL": ""}).redis_url is None
+
+
+def test_the_api_key_is_never_printed() -> None:
+    assert "sekrit" not in repr(Config.from_env({"HERMES_API_KEY": "sekrit"}))
+
+
+@pytest.mark.parametrize(("name", "raw"), [("PORT", "abc"), ("BOARD_ENABLED", "true"), ("HERMES_URL", "nope")])
+def test_the_broker_exits_with_one_line_naming_the_variable(name: str, raw: str) -> None:
+    env = {key: value for key, value in os.environ.items() if key not in EVERY_VARIABLE}
+    env[name] = raw
+    done = subprocess.run(
+        [sys.executable, "-m", "broker"], env=env, capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode != 0
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    assert len(lines) == 1, lines
+    wanted = "BOARD_URL" if name == "BOARD_ENABLED" else name
+    assert wanted in lines[0]
