@@ -69,6 +69,12 @@ class Unavailable(BrokerError):
     code = "unavailable"
 
 
+class Busy(Unavailable):
+    """Raised when a job kept changing under a request's feet and the request gave up."""
+
+    code = "busy"
+
+
 class StreamConflict(BrokerError):
     """Raised when an append expected another last stream id (another writer was first)."""
 

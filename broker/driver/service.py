@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import orjson
 from attrs import frozen
+from redis.asyncio import Redis
 
 from broker.clock import Clock
-from broker.errors import IdempotencyConflict, JobNotFound
-from broker.events import JobCreated
-from broker.http.schemas import CreateRun
+from broker.driver import decide, journal
+from broker.errors import Busy, Conflict, IdempotencyConflict, JobNotFound, StreamConflict, Unavailable
+from broker.events import ApprovalDenied, JobCreated, JobEvent, StopRequested
+from broker.hermes.client import HermesClient
+from broker.hermes.models import Relayed
+from broker.http.schemas import ApprovalChoice, CreateRun
 from broker.ids import job_id_for_key, new_job_id
 from broker.logging import get_logger
 from broker.metrics import Metrics
-from broker.store.jobs import JobStore
-from projections.job import JobView, apply
+from broker.store import signals
+from broker.store.jobs import JobStore, Snapshot
+from projections.job import JobView, apply, fold
+
+MAX_CONFLICTS = 20
 
 
 @frozen
@@ -24,10 +34,12 @@ class CreateResult:
 class JobService:
     """The job use cases the HTTP handlers call; handlers never touch Redis."""
 
-    def __init__(self, store: JobStore, clock: Clock, metrics: Metrics) -> None:
+    def __init__(self, store: JobStore, clock: Clock, metrics: Metrics, *, redis: Redis, hermes: HermesClient) -> None:
         self._store = store
         self._clock = clock
         self._metrics = metrics
+        self._redis = redis
+        self._hermes = hermes
         self._log = get_logger(type(self))
 
     async def create(self, request: CreateRun) -> CreateResult:
@@ -61,7 +73,69 @@ class JobService:
         return CreateResult(existing, replayed=True)
 
     async def get(self, job_id: str) -> JobView:
+        return (await self._load(job_id)).view
+
+    async def stop(self, job_id: str) -> JobView:
+        """Record the stop first; a job with no live Hermes run is cancelled at once, others by their owner."""
+        now = self._clock.now_ms()
+
+        def stop_facts(view: JobView) -> list[JobEvent]:
+            if view.status.terminal or view.stop_requested:
+                return []
+            stop = StopRequested(job_id=job_id, at_ms=now)
+            after = apply(view, stop)
+            assert after is not None
+            action = decide.next_action(after, now, stop_sent=False)
+            return [stop, *action.events] if isinstance(action, decide.Append) else [stop]
+
+        return await self._record(job_id, stop_facts)
+
+    async def approve(self, job_id: str, choice: ApprovalChoice) -> tuple[int, dict[str, object]]:
+        """Forward an approval to the job's live Hermes run; a deny is a denied stop (SPEC S3.5)."""
+        view = await self.get(job_id)
+        live = view.accepted_attempt == view.attempt and view.hermes_run_id and not view.status.terminal
+        if not live or view.hermes_run_id is None:
+            raise Conflict("approval_not_active", f"Run has no live Hermes run: {job_id}")
+        outcome = await self._hermes.approval(view.hermes_run_id, orjson.dumps(choice.body()))
+        if not isinstance(outcome, Relayed):
+            raise Unavailable("Hermes did not answer the approval.")
+        if outcome.status == 404:
+            raise Conflict("approval_not_active", f"Run has no live Hermes run: {job_id}")
+        payload = dict(outcome.payload)
+        if "run_id" in payload:
+            payload["run_id"] = job_id
+        if outcome.status == 200 and choice.choice == "deny":
+            now, attempt = self._clock.now_ms(), view.attempt
+
+            def denied(current: JobView) -> list[JobEvent]:
+                if current.status.terminal or current.attempt != attempt or current.denied_command is not None:
+                    return []
+                command = current.approval_command or ""
+                return [ApprovalDenied(job_id=job_id, at_ms=now, attempt=attempt, command=command)]
+
+            await self._record(job_id, denied)
+        return outcome.status, payload
+
+    async def _record(self, job_id: str, facts: Callable[[JobView], list[JobEvent]]) -> JobView:
+        """read -> decide -> append, again after a concurrent append; then nudge the job's owner."""
+        for _ in range(MAX_CONFLICTS):
+            snapshot = await self._load(job_id)
+            events = facts(snapshot.view)
+            if not events:
+                return snapshot.view
+            view = fold(events, snapshot.view)
+            assert view is not None
+            try:
+                await self._store.append(job_id, events, view, expected_last_id=snapshot.last_id)
+            except StreamConflict:
+                continue
+            journal.record(self._log, self._metrics, view, events)
+            await signals.nudge(self._redis, job_id)
+            return view
+        raise Busy(f"Job {job_id} is changing too fast; try again.")
+
+    async def _load(self, job_id: str) -> Snapshot:
         snapshot = await self._store.load(job_id)
         if snapshot is None:
             raise JobNotFound(job_id)
-        return snapshot.view
+        return snapshot

@@ -9,16 +9,30 @@ from aiohttp import web
 
 from broker.clock import Clock, SystemClock
 from broker.config import Config
+from broker.driver.decide import Policy
+from broker.driver.runner import Deps
 from broker.driver.service import JobService
+from broker.driver.supervisor import Supervisor
 from broker.hermes.client import AiohttpHermesClient, HermesClient
 from broker.http import health, routes, sse
-from broker.http.appkeys import clock_key, config_key, draining_key, hermes_key, metrics_key, redis_key, service_key
+from broker.http.appkeys import (
+    clock_key,
+    config_key,
+    draining_key,
+    hermes_key,
+    metrics_key,
+    redis_key,
+    service_key,
+    store_key,
+    supervisor_key,
+)
 from broker.http.errors import Handler, error_middleware
 from broker.logging import get_logger
 from broker.metrics import Metrics
 from broker.store import work
 from broker.store.connection import connect
 from broker.store.jobs import JobStore
+from broker.store.leases import Leases
 
 MAX_BODY = 10_000_000
 
@@ -26,9 +40,17 @@ _QUIET_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 
 
 def create_app(
-    config: Config, *, redis_url: str | None = None, clock: Clock | None = None, hermes: HermesClient | None = None
+    config: Config,
+    *,
+    redis_url: str | None = None,
+    clock: Clock | None = None,
+    hermes: HermesClient | None = None,
+    drive: bool = True,
 ) -> web.Application:
-    """Build the broker app; `redis_url` overrides `config.redis_url` (the embedded server's URL)."""
+    """Build the broker app; `redis_url` overrides `config.redis_url` (the embedded server's URL).
+
+    `drive=False` serves the API without driving jobs (tests of the HTTP surface alone).
+    """
     app = web.Application(client_max_size=MAX_BODY, middlewares=[_request_log, error_middleware])
     app[config_key] = config
     app[clock_key] = clock or SystemClock()
@@ -36,6 +58,8 @@ def create_app(
     app[draining_key] = [False]
     app[hermes_key] = hermes or AiohttpHermesClient(config.hermes_url, config.hermes_api_key, config.hermes_timeout_ms)
     app.cleanup_ctx.append(_redis_context(redis_url or config.redis_url))
+    if drive:
+        app.cleanup_ctx.append(_driver_context)
     app.on_cleanup.append(_close_hermes)
     routes.register(app)
     sse.register(app)
@@ -52,15 +76,44 @@ def _redis_context(url: str | None) -> Callable[[web.Application], AsyncIterator
         await redis.ping()
         await work.ensure_group(redis)
         log.info("Connected to Redis.", extra={"redis": _safe(url)})
+        config = app[config_key]
         app[redis_key] = redis
+        app[store_key] = JobStore(redis, retention_ms=config.runs_retention_ms, takeover_ms=config.runs_lease_ms)
         app[service_key] = JobService(
-            JobStore(redis, retention_ms=app[config_key].runs_retention_ms), app[clock_key], app[metrics_key]
+            app[store_key], app[clock_key], app[metrics_key], redis=redis, hermes=app[hermes_key]
         )
         yield
         await redis.aclose()
         log.info("Disconnected from Redis.", extra={"redis": _safe(url)})
 
     return context
+
+
+async def _driver_context(app: web.Application) -> AsyncIterator[None]:
+    config = app[config_key]
+    deps = Deps(
+        store=app[store_key],
+        leases=Leases(app[redis_key], lease_ms=config.runs_lease_ms),
+        hermes=app[hermes_key],
+        clock=app[clock_key],
+        metrics=app[metrics_key],
+        policy=Policy.from_config(config),
+        poll_interval_ms=config.runs_poll_interval_ms,
+    )
+    supervisor = Supervisor(app[redis_key], deps, concurrency=config.runs_concurrency)
+    app[supervisor_key] = supervisor
+    supervisor.start()
+    yield
+    await drain(app)
+
+
+async def drain(app: web.Application) -> None:
+    """SIGTERM: report not ready, stop taking work and hand driven jobs back (once)."""
+    if app[draining_key][0]:
+        return
+    app[draining_key][0] = True
+    if supervisor_key in app:
+        await app[supervisor_key].drain()
 
 
 async def _close_hermes(app: web.Application) -> None:

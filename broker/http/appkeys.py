@@ -8,13 +8,17 @@ from redis.asyncio import Redis
 from broker.clock import Clock
 from broker.config import Config
 from broker.driver.service import JobService
+from broker.driver.supervisor import Supervisor
 from broker.hermes.client import HermesClient
 from broker.metrics import Metrics
+from broker.store.jobs import JobStore
 
 config_key = web.AppKey("config", Config)
 clock_key = web.AppKey("clock", Clock)
 metrics_key = web.AppKey("metrics", Metrics)
 redis_key = web.AppKey("redis", Redis)
 service_key = web.AppKey("service", JobService)
+store_key = web.AppKey("store", JobStore)
+supervisor_key = web.AppKey("supervisor", Supervisor)
 hermes_key = web.AppKey("hermes", HermesClient)
 draining_key = web.AppKey("draining", list[bool])  #: a one-element flag, set on SIGTERM

@@ -7,7 +7,7 @@ from aiohttp import web
 from broker.http import appkeys as keys
 from broker.http.errors import envelope
 from broker.http.render import job_object
-from broker.http.schemas import CreateRun
+from broker.http.schemas import ApprovalChoice, CreateRun
 
 
 async def create_run(request: web.Request) -> web.Response:
@@ -22,6 +22,21 @@ async def get_run(request: web.Request) -> web.Response:
     return web.json_response(job_object(view))
 
 
+async def stop_run(request: web.Request) -> web.Response:
+    view = await request.app[keys.service_key].stop(request.match_info["run_id"])
+    return web.json_response({"run_id": view.job_id, "status": view.status.value})
+
+
+async def approve_run(request: web.Request) -> web.Response:
+    run_id = request.match_info["run_id"]
+    service = request.app[keys.service_key]
+    await service.get(run_id)  # an unknown job is a 404 before its body is judged, as in Hermes
+    allow_always = request.app[keys.config_key].runs_approval_allow_always
+    choice = ApprovalChoice.from_request(await request.read(), allow_always=allow_always)
+    status, payload = await service.approve(run_id, choice)
+    return web.json_response(payload, status=status)
+
+
 async def not_found(request: web.Request) -> web.Response:
     return envelope(404, "Not found.", code="not_found")
 
@@ -30,3 +45,5 @@ def register(app: web.Application) -> None:
     app.router.add_route("*", "/v1/runs/reviews", not_found)  # removed endpoint: 404 whatever the method
     app.router.add_post("/v1/runs", create_run)
     app.router.add_get("/v1/runs/{run_id}", get_run)
+    app.router.add_post("/v1/runs/{run_id}/stop", stop_run)
+    app.router.add_post("/v1/runs/{run_id}/approval", approve_run)

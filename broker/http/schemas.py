@@ -204,3 +204,47 @@ def parse_reporting(value: Any) -> Reporting:
                 raise InvalidRequest("invalid_reporting", f"{path} must be a boolean", param=path)
             flags[name] = value[name]
     return Reporting(**flags)
+
+
+_CHOICES = {
+    "once": "once",
+    "session": "session",
+    "always": "always",
+    "deny": "deny",
+    "approve": "once",
+    "approved": "once",
+    "allow": "once",
+}
+_TRUE = ("true", "1", "yes", "on")
+
+
+@frozen
+class ApprovalChoice:
+    """A validated approval (SPEC S3.5; aliases and `all` as Hermes accepts them)."""
+
+    choice: str  #: once | session | always | deny
+    resolve_all: bool = False
+
+    @classmethod
+    def from_request(cls, raw: bytes, *, allow_always: bool) -> ApprovalChoice:
+        payload = _json_object(raw)
+        value = payload.get("choice")
+        choice = _CHOICES.get(value.strip().lower()) if isinstance(value, str) else None
+        if choice is None:
+            raise InvalidRequest(
+                "invalid_approval_choice",
+                "Invalid approval choice; expected one of: once, session, always, deny",
+                param="choice",
+            )
+        if choice == "always" and not allow_always:
+            raise InvalidRequest(
+                "approval_choice_not_allowed",
+                "choice 'always' changes Hermes's allow-list for every future run and is not allowed here",
+                param="choice",
+            )
+        flag = payload.get("all", payload.get("resolve_all", False))
+        resolve_all = flag is True or (isinstance(flag, str) and flag.strip().lower() in _TRUE)
+        return cls(choice=choice, resolve_all=resolve_all)
+
+    def body(self) -> dict[str, object]:
+        return {"choice": self.choice, "all": True} if self.resolve_all else {"choice": self.choice}

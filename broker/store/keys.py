@@ -5,7 +5,7 @@ hbr:{J}:events    stream  the job's events, field `e` = JSON; id = SSE id     RU
 hbr:{J}:view      hash    `state` = job view JSON, `last_id` = id folded to   RUNS_RETENTION; same script as append
 hbr:{J}:lease     string  run lease token                                     RUNS_LEASE; driver
 hbr:{J}:board     hash    latest board report, pending and acked versions     until expiry; same script as append
-hbr:work          stream  job ids ready to drive; group `drivers`             acked; http, scheduler
+hbr:work          stream  doorbells: job ids to drive; group `drivers`; ~100k  acked+deleted; http, scheduler
 hbr:due           zset    job id -> epoch ms of its next wake-up              none; driver
 hbr:board:outbox  stream  due board deliveries; group `senders`               acked; projector, scheduler
 hbr:board:due     zset    key -> when a coalesced refresh is due              none; projector

@@ -23,10 +23,13 @@ def config(redis_server: RedisServer) -> Config:
 
 @pytest.fixture
 def make_client(aiohttp_client: Any, config: Config, redis: Redis) -> ClientFactory:
-    """Start another broker app (a replica) sharing the session Redis; `overrides` change its config."""
+    """Start another broker app (a replica) sharing the session Redis; `overrides` change its config.
 
-    async def make(**overrides: Any) -> TestClient[Any, Any]:
-        client: TestClient[Any, Any] = await aiohttp_client(create_app(config.with_(**overrides)))
+    The app does not drive jobs unless `drive=True` (then its Hermes is `config.hermes_url`)."""
+
+    async def make(*, drive: bool = False, **overrides: Any) -> TestClient[Any, Any]:
+        app = create_app(config.with_(**overrides), drive=drive)
+        client: TestClient[Any, Any] = await aiohttp_client(app)
         return client
 
     return make

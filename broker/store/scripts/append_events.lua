@@ -24,6 +24,6 @@ redis.call('HSET', KEYS[2], 'state', ARGV[4], 'last_id', last)
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 if ARGV[5] ~= '' then
-  redis.call('XADD', KEYS[4], '*', 'job', ARGV[5])
+  redis.call('XADD', KEYS[4], 'MAXLEN', '~', 100000, '*', 'job', ARGV[5])
 end
 return reply

@@ -12,6 +12,6 @@ local id = redis.call('XADD', KEYS[1], '*', 'e', ARGV[1])
 redis.call('HSET', KEYS[2], 'state', ARGV[2], 'last_id', id)
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
-redis.call('XADD', KEYS[3], '*', 'job', ARGV[4])
+redis.call('XADD', KEYS[3], 'MAXLEN', '~', 100000, '*', 'job', ARGV[4])
 redis.call('ZADD', KEYS[4], ARGV[5], ARGV[4])
 return {1, id}

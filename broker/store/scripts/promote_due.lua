@@ -7,6 +7,6 @@ local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, to
 local later = tonumber(ARGV[1]) + tonumber(ARGV[2])
 for _, job in ipairs(due) do
   redis.call('ZADD', KEYS[1], later, job)
-  redis.call('XADD', KEYS[2], '*', 'job', job)
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', 100000, '*', 'job', job)
 end
 return due

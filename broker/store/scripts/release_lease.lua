@@ -13,6 +13,6 @@ else
   redis.call('ZADD', KEYS[2], ARGV[3], ARGV[2])
 end
 if ARGV[4] == '1' then
-  redis.call('XADD', KEYS[3], '*', 'job', ARGV[2])
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', 100000, '*', 'job', ARGV[2])
 end
 return 1

@@ -1,0 +1,57 @@
+"""The S6 log lines and metrics of what a driver appended: one fixed sentence per fact."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from broker.events import (
+    HermesEventRecorded,
+    JobEvent,
+    JobFinished,
+    JobHeld,
+    RunAccepted,
+    RunInterrupted,
+    RunResubmitted,
+    StopRequested,
+)
+from broker.metrics import Metrics
+from projections.job import JobView
+
+
+def record(log: logging.Logger, metrics: Metrics, view: JobView, events: Sequence[JobEvent]) -> None:
+    """Log and count `events`, just appended; `view` is the job after them."""
+    job = view.job_id
+    for event in events:
+        log.debug("Appended a job event.", extra={"job": job, "event": type(event).__name__})
+        match event:
+            case JobHeld(reason=reason, retry_at_ms=retry_at, attempt=attempt, detail=detail):
+                metrics.holds.labels(reason.value).inc()
+                backoff = retry_at - event.at_ms
+                fields = {"job": job, "hold": reason.value, "attempt": attempt, "backoffMs": backoff, "error": detail}
+                log.info("Held a job: Hermes did not accept it.", extra=fields)
+            case RunAccepted(attempt=attempt, hermes_run_id=run_id):
+                log.info("Hermes accepted a job.", extra={"job": job, "attempt": attempt, "hermesRun": run_id})
+            case RunInterrupted(attempt=attempt, hermes_run_id=run_id, reason=reason):
+                fields = {"job": job, "attempt": attempt, "hermesRun": run_id, "reason": reason}
+                log.warning("Hermes interrupted a job's run.", extra=fields)
+            case RunResubmitted(attempt=attempt):
+                metrics.resubmits.inc()
+                log.info("Resubmitted a job.", extra={"job": job, "resubmit": attempt - 1, "attempt": attempt})
+            case StopRequested():
+                log.info("Stopped a job.", extra={"job": job})
+            case JobFinished(status=status, error_code=code):
+                metrics.jobs_finished.labels(status.value).inc()
+                fields = {
+                    "job": job,
+                    "status": status.value,
+                    "error": code,
+                    "attempts": view.attempts,
+                    "hermesRun": view.hermes_run_id,
+                    "durationMs": event.at_ms - view.created_at_ms,
+                }
+                (log.warning if status.value == "failed" else log.info)("Finished a job.", extra=fields)
+            case HermesEventRecorded():
+                pass  # relayed activity: the debug line above is enough
+            case _:
+                pass

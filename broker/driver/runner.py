@@ -1,0 +1,224 @@
+"""One asyncio task per driven job: it executes decide()'s actions and appends what Hermes answered.
+
+Every append is fenced by the run lease and by the stream position it decided on; on a conflict
+(a stop recorded meanwhile) it re-reads the job and decides again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from enum import StrEnum
+
+from attrs import define
+
+from broker.clock import Clock
+from broker.driver import decide, journal
+from broker.driver.decide import Append, Done, Follow, Policy, StopRun, Submit, Wait
+from broker.driver.pump import Pump
+from broker.errors import JobNotFound, StreamConflict
+from broker.events import JobEvent
+from broker.hermes.client import HermesClient
+from broker.hermes.models import Accepted, HermesRun, NotFound, Stopping
+from broker.logging import get_logger
+from broker.metrics import Metrics
+from broker.store.jobs import JobStore, Snapshot
+from broker.store.leases import Leases
+from projections.job import JobView, fold
+
+MAX_CONFLICTS = 50
+#: Waits longer than this give the job back to the schedule instead of holding a runner slot.
+PARK_AFTER_MS = 5_000
+
+
+class Ending(StrEnum):
+    FINISHED = "finished"  #: terminal (or expired): the job left the schedule
+    PARKED = "parked"  #: waiting for a hold backoff; the schedule wakes it
+    LOST = "lost"  #: another replica owns the lease now
+
+
+@define(kw_only=True)
+class Deps:
+    """What a runner needs; one instance per replica."""
+
+    store: JobStore
+    leases: Leases
+    hermes: HermesClient
+    clock: Clock
+    metrics: Metrics
+    policy: Policy
+    poll_interval_ms: int
+    jitter: Callable[[], float] = random.random
+
+
+class Runner:
+    def __init__(self, job_id: str, token: str, deps: Deps) -> None:
+        self.job_id = job_id
+        self.token = token
+        self._deps = deps
+        self._wake = asyncio.Event()
+        self._pump: Pump | None = None
+        self._stop_sent_attempt = 0
+        self._suspect_terminal = False
+        self.parked_until: int | None = None  #: set when the run ends PARKED
+        self._log = get_logger(type(self))
+
+    def nudge(self) -> None:
+        """The job's stream changed outside this runner (a stop, an approval): look now."""
+        self._wake.set()
+
+    async def run(self) -> Ending:
+        try:
+            return await self._drive()
+        finally:
+            if self._pump is not None:
+                await self._pump.close()
+
+    async def _drive(self) -> Ending:
+        snapshot = await self._deps.store.load(self.job_id)
+        if snapshot is None:
+            return Ending.FINISHED
+        self._announce(snapshot.view)
+        while True:
+            view = snapshot.view
+            now = self._deps.clock.now_ms()
+            action = decide.next_action(view, now, stop_sent=self._stop_sent_attempt == view.attempt)
+            match action:
+                case Done():
+                    return Ending.FINISHED
+                case Append(events=events):
+                    snapshot = await self._append_decided(snapshot, list(events))
+                case Wait(until_ms=until):
+                    if until - now > PARK_AFTER_MS:
+                        self.parked_until = until
+                        return Ending.PARKED
+                    await self._sleep(until - now)
+                    snapshot = await self._reload()
+                case Submit():
+                    snapshot = await self._submit(snapshot, action)
+                case StopRun(hermes_run_id=run_id):
+                    snapshot = await self._stop(snapshot, run_id)
+                case Follow():
+                    snapshot = await self._follow(snapshot, action)
+
+    async def _submit(self, snapshot: Snapshot, action: Submit) -> Snapshot:
+        view = snapshot.view
+        outcome = await self._deps.hermes.create(
+            view.body.encode(), idempotency_key=action.idempotency_key, session_key=view.session_key
+        )
+        now, jitter, policy = self._deps.clock.now_ms(), self._deps.jitter(), self._deps.policy
+        snapshot = await self._commit(
+            snapshot, lambda v: decide.on_create(v, action.attempt, outcome, now, jitter, policy)
+        )
+        if isinstance(outcome, Accepted):
+            accepted = (
+                snapshot.view.accepted_attempt == action.attempt and snapshot.view.hermes_run_id == outcome.run_id
+            )
+            if not accepted:
+                # The job ended (a stop) while Hermes was creating the run: stop the orphan.
+                await self._deps.hermes.stop(outcome.run_id)
+            else:
+                self._pump = Pump(self._deps.hermes, action.attempt, outcome.run_id)
+                self._log.info("Following a Hermes run.", extra={"job": self.job_id, "hermesRun": outcome.run_id})
+        return snapshot
+
+    async def _stop(self, snapshot: Snapshot, run_id: str) -> Snapshot:
+        outcome = await self._deps.hermes.stop(run_id)
+        if not isinstance(outcome, Stopping | NotFound):
+            await self._sleep(self._deps.poll_interval_ms)  # Hermes is unreachable: ask again later
+            return await self._reload()
+        self._stop_sent_attempt = snapshot.view.attempt
+        self._log.info("Asked Hermes to stop a run.", extra={"job": self.job_id, "hermesRun": run_id})
+        now = self._deps.clock.now_ms()
+        return await self._commit(snapshot, lambda v: decide.on_stop(v, isinstance(outcome, NotFound), now))
+
+    async def _follow(self, snapshot: Snapshot, action: Follow) -> Snapshot:
+        pump = self._pump
+        if pump is None or pump.ended or pump.attempt != action.attempt:
+            return await self._poll(snapshot, action)
+        items = await pump.wait(self._deps.poll_interval_ms / 1000, self._wake)
+        if self._wake.is_set():
+            self._wake.clear()
+            snapshot = await self._reload()
+        events = pump.events(items)
+        if events:
+            self._suspect_terminal = False
+            now, policy = self._deps.clock.now_ms(), self._deps.policy
+            snapshot = await self._commit(
+                snapshot, lambda v: decide.on_events(v, action.attempt, action.hermes_run_id, events, now, policy)
+            )
+        elif not items:
+            snapshot = await self._check_silence(snapshot, action)
+        return snapshot
+
+    async def _check_silence(self, snapshot: Snapshot, action: Follow) -> Snapshot:
+        """No event for a poll interval: make sure the run is still there, and not finished behind a hung stream."""
+        run = await self._deps.hermes.get(action.hermes_run_id)
+        if isinstance(run, HermesRun) and run.terminal and not self._suspect_terminal:
+            self._suspect_terminal = True  # give the stream one more interval to deliver the terminal event
+            return snapshot
+        if isinstance(run, HermesRun | NotFound):
+            return await self._settle(snapshot, action, run)
+        return snapshot
+
+    async def _poll(self, snapshot: Snapshot, action: Follow) -> Snapshot:
+        run = await self._deps.hermes.get(action.hermes_run_id)
+        if isinstance(run, HermesRun | NotFound):
+            snapshot = await self._settle(snapshot, action, run)
+        if not snapshot.view.status.terminal and snapshot.view.attempt == action.attempt:
+            await self._sleep(self._deps.poll_interval_ms)
+            snapshot = await self._reload()
+        return snapshot
+
+    async def _settle(self, snapshot: Snapshot, action: Follow, run: HermesRun | NotFound) -> Snapshot:
+        now, policy = self._deps.clock.now_ms(), self._deps.policy
+        return await self._commit(snapshot, lambda v: decide.on_status(v, action.attempt, run, now, policy))
+
+    async def _commit(
+        self, snapshot: Snapshot, facts: Callable[[JobView], list[JobEvent]], *, retry: bool = True
+    ) -> Snapshot:
+        """Append what `facts` derives from the job, re-deriving it after a concurrent append."""
+        for _ in range(MAX_CONFLICTS):
+            events = facts(snapshot.view)
+            if not events:
+                return snapshot
+            view = fold(events, snapshot.view)
+            assert view is not None
+            try:
+                ids = await self._deps.store.append(
+                    self.job_id, events, view, expected_last_id=snapshot.last_id, lease_token=self.token
+                )
+            except StreamConflict:
+                self._log.debug("Retried an append after a concurrent write.", extra={"job": self.job_id})
+                snapshot = await self._reload()
+                if not retry:
+                    return snapshot
+                continue
+            journal.record(self._log, self._deps.metrics, view, events)
+            return Snapshot(view, ids[-1])
+        raise StreamConflict(self.job_id, snapshot.last_id)
+
+    async def _append_decided(self, snapshot: Snapshot, events: list[JobEvent]) -> Snapshot:
+        """Append what next_action decided; after a concurrent append, decide again instead."""
+        return await self._commit(snapshot, lambda v: events if v is snapshot.view else [], retry=False)
+
+    async def _reload(self) -> Snapshot:
+        snapshot = await self._deps.store.load(self.job_id)
+        if snapshot is None:
+            raise JobNotFound(self.job_id)
+        return snapshot
+
+    async def _sleep(self, ms: int | float) -> None:
+        """Sleep, or less when nudged."""
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout=max(ms, 0) / 1000)
+        except TimeoutError:
+            return
+        self._wake.clear()
+
+    def _announce(self, view: JobView) -> None:
+        if view.accepted_attempt == view.attempt and view.hermes_run_id and not view.status.terminal:
+            self._deps.metrics.takeovers.inc()
+            fields = {"job": self.job_id, "attempt": view.attempt, "hermesRun": view.hermes_run_id}
+            self._log.info("Took over a job.", extra=fields)

@@ -1,0 +1,184 @@
+"""Claims work for this replica, runs one Runner per job under its lease, takes over, drains.
+
+Ownership is the run lease. The work stream is a doorbell (read through the `drivers` group and
+acknowledged at once); the due schedule is the memory: a job whose owner died becomes due when
+its lease would have been renewed, is promoted to the work stream, and is taken over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import socket
+from collections.abc import Awaitable, Callable
+from typing import cast
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError, ResponseError
+
+from broker.driver.runner import Deps, Ending, Runner
+from broker.errors import JobNotFound, LeaseLost
+from broker.logging import get_logger
+from broker.store import keys, signals, work
+from broker.store.leases import Leases, new_token
+
+CLAIM_BLOCK_MS = 1_000
+RETRY_AFTER_FAILURE_MS = 1_000
+MAX_REDIS_BACKOFF_S = 5.0
+
+
+class Supervisor:
+    def __init__(self, redis: Redis, deps: Deps, *, concurrency: int) -> None:
+        self.replica = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+        self._redis = redis
+        self._deps = deps
+        self._leases: Leases = deps.leases
+        self._concurrency = concurrency
+        self._runners: dict[str, tuple[Runner, asyncio.Task[None]]] = {}
+        self._lost: set[str] = set()
+        self._freed = asyncio.Event()
+        self._loops: list[asyncio.Task[None]] = []
+        self._log = get_logger(type(self))
+
+    @property
+    def active(self) -> int:
+        return len(self._runners)
+
+    def start(self) -> None:
+        for loop in (self._claim_loop, self._promote_loop, self._renew_loop, self._nudge_loop):
+            self._loops.append(asyncio.create_task(self._guarded(loop), name=f"{loop.__name__}"))
+
+    async def drain(self) -> int:
+        """Stop taking work and hand every driven job back for immediate takeover; Hermes runs go on."""
+        for loop in self._loops:
+            loop.cancel()
+        await asyncio.gather(*self._loops, return_exceptions=True)
+        owned = [(runner, task) for runner, task in self._runners.values()]
+        for _, task in owned:
+            task.cancel()
+        await asyncio.gather(*(task for _, task in owned), return_exceptions=True)
+        now = self._deps.clock.now_ms()
+        handed = 0
+        for runner, _ in owned:
+            with contextlib.suppress(RedisError, OSError):
+                handed += await self._leases.release(runner.job_id, runner.token, due_at_ms=now, enqueue=True)
+        self._log.info("Handed jobs back on shutdown.", extra={"replica": self.replica, "jobs": handed})
+        return handed
+
+    async def _guarded(self, loop: Callable[[], Awaitable[None]]) -> None:
+        """Keep a background loop alive through Redis outages (log, back off, go on)."""
+        delay = 0.1
+        while True:
+            try:
+                await loop()
+                return
+            except (RedisError, OSError) as error:
+                self._log.warning("Lost Redis in a driver loop.", extra={"error": repr(error), "retryS": delay})
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, MAX_REDIS_BACKOFF_S)
+
+    async def _claim_loop(self) -> None:
+        await work.ensure_group(self._redis)
+        while True:
+            free = self._concurrency - len(self._runners)
+            if free <= 0:
+                self._freed.clear()
+                await self._freed.wait()
+                continue
+            try:
+                reply = await self._redis.xreadgroup(
+                    keys.WORK_GROUP, self.replica, {keys.WORK: ">"}, count=free, block=CLAIM_BLOCK_MS
+                )
+            except ResponseError as error:
+                if "NOGROUP" not in str(error):
+                    raise
+                await work.ensure_group(self._redis)  # the stream or group was lost (Redis without AOF)
+                continue
+            entries = [
+                (entry_id, fields)
+                for _, batch in cast(list[tuple[str, list[tuple[str, dict[str, str]]]]], reply or [])
+                for entry_id, fields in batch
+            ]
+            if not entries:
+                continue
+            ids = [entry_id for entry_id, _ in entries]
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.xack(keys.WORK, keys.WORK_GROUP, *ids)
+                pipe.xdel(keys.WORK, *ids)
+                await pipe.execute()
+            for job_id in dict.fromkeys(fields.get("job", "") for _, fields in entries):
+                if job_id:
+                    await self._claim(job_id)
+
+    async def _claim(self, job_id: str) -> None:
+        if job_id in self._runners:
+            self._runners[job_id][0].nudge()
+            return
+        token = new_token()
+        if not await self._leases.acquire(job_id, token):
+            return  # another replica drives it
+        self._log.debug("Acquired a run lease.", extra={"job": job_id, "replica": self.replica})
+        runner = Runner(job_id, token, self._deps)
+        task = asyncio.create_task(self._run(runner), name=f"runner-{job_id}")
+        self._runners[job_id] = (runner, task)
+
+    async def _run(self, runner: Runner) -> None:
+        job_id = runner.job_id
+        due_at: int | None = None
+        try:
+            ending = await runner.run()
+        except asyncio.CancelledError:
+            if job_id not in self._lost:
+                raise  # a drain: the drain hands the job back
+            ending = Ending.LOST
+        except LeaseLost:
+            ending = Ending.LOST
+        except JobNotFound:
+            ending = Ending.FINISHED
+        except Exception as error:  # the runner's loop guard: log, and let the job be retried soon
+            self._log.error("A job's runner failed.", exc_info=True, extra={"job": job_id, "error": repr(error)})
+            ending, due_at = Ending.PARKED, self._deps.clock.now_ms() + RETRY_AFTER_FAILURE_MS
+        finally:
+            self._runners.pop(job_id, None)
+            self._lost.discard(job_id)
+            self._freed.set()
+        await self._finish(runner, ending, due_at or runner.parked_until)
+
+    async def _finish(self, runner: Runner, ending: Ending, due_at: int | None) -> None:
+        if ending is Ending.LOST:
+            self._log.warning("Lost a job's run lease.", extra={"job": runner.job_id, "replica": self.replica})
+            return
+        with contextlib.suppress(RedisError, OSError):  # if this fails the lease expires and the schedule retries
+            await self._leases.release(runner.job_id, runner.token, due_at_ms=due_at)
+            self._log.debug("Released a run lease.", extra={"job": runner.job_id, "ending": ending.value})
+
+    async def _promote_loop(self) -> None:
+        interval = min(1.0, self._leases.lease_ms / 3000)
+        while True:
+            await self._leases.promote_due(self._deps.clock.now_ms())
+            await asyncio.sleep(interval)
+
+    async def _renew_loop(self) -> None:
+        interval = self._leases.lease_ms / 3000
+        while True:
+            await asyncio.sleep(interval)
+            now = self._deps.clock.now_ms()
+            for job_id, (runner, task) in list(self._runners.items()):
+                if not await self._leases.renew(job_id, runner.token, now):
+                    self._lost.add(job_id)
+                    task.cancel()
+                else:
+                    self._log.debug("Renewed a run lease.", extra={"job": job_id})
+
+    async def _nudge_loop(self) -> None:
+        async for job_id in signals.nudges(self._redis):
+            entry = self._runners.get(job_id)
+            if entry is not None:
+                entry[0].nudge()
+
+
+def _stream_reply(reply: object) -> list[tuple[str, list[tuple[str, dict[str, str]]]]]:
+    # redis-py types XREADGROUP loosely; with decode_responses=True it is [[stream, [(id, fields)]]].
+    return cast(list[tuple[str, list[tuple[str, dict[str, str]]]]], reply or [])
