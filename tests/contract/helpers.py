@@ -28,8 +28,33 @@ async def collect(client: AiohttpHermesClient, run_id: str, idle_timeout_s: floa
         return [item async for item in stream]
 
 
+#: The fields of each event type, as Hermes 0.19.0 sends them.
+EVENT_FIELDS = {
+    "message.delta": {"delta"},
+    "reasoning.available": {"text"},
+    "tool.started": {"tool", "preview"},
+    "tool.completed": {"tool", "duration", "error"},
+    "approval.request": {"command", "pattern_key", "pattern_keys", "description", "allow_permanent", "choices"},
+    "approval.responded": {"choice", "resolved"},
+    "run.completed": {"output", "usage"},
+    "run.failed": {"error"},
+    "run.cancelled": set(),
+}
+#: The fields of the run object, by status (`last_event` appears with the first tool/approval/terminal event).
+RUN_FIELDS = {"object", "run_id", "status", "created_at", "updated_at", "session_id", "model", "last_event"}
+RUN_EXTRA = {"completed": {"output", "usage"}, "failed": {"error"}}
+
+
 def events(items: list[StreamItem]) -> list[HermesEvent]:
-    return [item for item in items if isinstance(item, HermesEvent)]
+    """The events among the stream's items, each checked to carry exactly its type's fields."""
+    received = [item for item in items if isinstance(item, HermesEvent)]
+    for event in received:
+        assert set(event.payload) == {"event", "run_id", "timestamp"} | EVENT_FIELDS[event.name], event.payload
+    return received
+
+
+def assert_run_fields(run: HermesRun) -> None:
+    assert set(run.raw) == RUN_FIELDS | RUN_EXTRA.get(run.status, set()), run.raw
 
 
 async def wait_for(

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
+from contextlib import aclosing
 
 from broker.hermes import (
     AiohttpHermesClient,
     Comment,
+    HermesEvent,
     HermesRun,
     NotFound,
     Rejected,
@@ -17,7 +18,7 @@ from broker.hermes import (
 )
 from broker.hermes.models import StreamItem
 from tests.contract.harness import Target
-from tests.contract.helpers import body, collect, create, events, settled, wait_for
+from tests.contract.helpers import assert_run_fields, body, collect, create, events, settled, wait_for
 
 
 def assert_completed_stream(items: list[StreamItem], run_id: str) -> str:
@@ -55,6 +56,19 @@ async def test_create_get_and_events_of_a_completed_run(client: AiohttpHermesCli
     assert run.usage == events(items)[-1].payload["usage"]
     assert (run.session_id, run.model, run.error, run.raw["object"]) == (run_id, "hermes-agent", None, "hermes.run")
     assert run.created_at is not None and run.updated_at is not None and run.created_at <= run.updated_at
+    assert_run_fields(run)
+
+
+async def test_tool_calls_stream_before_the_answer(client: AiohttpHermesClient) -> None:
+    run_id = await create(client, "two steps tools:2")
+    received = events(await collect(client, run_id))
+    names = [event.name for event in received]
+    assert names[:4] == ["tool.started", "tool.completed"] * 2, names
+    assert names[-1] == "run.completed"
+    assert all(event.payload["tool"] == "terminal" and event.payload["error"] is False for event in received[1:4:2])
+    first_delta = next(event for event in received if event.name == "message.delta")
+    assert str(first_delta.payload["delta"]).startswith("\n\n")  # text after a tool call starts a new paragraph
+    assert_run_fields(await wait_for(client, run_id, settled))
 
 
 async def test_a_late_first_subscriber_gets_every_buffered_event(client: AiohttpHermesClient) -> None:
@@ -71,18 +85,23 @@ async def test_a_second_subscriber_gets_404(client: AiohttpHermesClient) -> None
 
 
 async def test_stop_mid_run_ends_it_cancelled(client: AiohttpHermesClient) -> None:
-    # Given a slow run with a subscriber
-    run_id = await create(client, "take your time sleep:20")
-    reader = asyncio.create_task(collect(client, run_id))
-    await wait_for(client, run_id, lambda run: run.status == "running")
-    # When it is stopped
-    assert await client.stop(run_id) == Stopping(run_id, "stopping")
+    # Given a slow run that has started to answer
+    run_id = await create(client, "take your time sleep:10")
+    items: list[StreamItem] = []
+    async with aclosing(client.events(run_id, idle_timeout_s=30)) as stream:
+        async for item in stream:
+            items.append(item)
+            if isinstance(item, HermesEvent) and item.name == "message.delta" and len(events(items)) == 1:
+                # When it is stopped
+                assert await client.stop(run_id) == Stopping(run_id, "stopping")
+                stopping = await client.get(run_id)
+                assert isinstance(stopping, HermesRun) and stopping.status in ("stopping", "cancelled")
     # Then it settles cancelled, the stream ends with run.cancelled, and a second stop is a 404
-    items = await asyncio.wait_for(reader, 30)
     assert [event.name for event in events(items)][-1] == "run.cancelled"
     assert items[-2:] == [Comment("stream closed"), StreamEnded(clean=True)]
     run = await wait_for(client, run_id, settled)
     assert (run.status, run.last_event, run.output) == ("cancelled", "run.cancelled", None)
+    assert_run_fields(run)
     assert await client.stop(run_id) == NotFound(run_id)
 
 
