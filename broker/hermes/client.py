@@ -20,31 +20,24 @@ from yarl import URL
 
 from broker import errors
 from broker.hermes.models import (
-    Accepted,
     ApprovalOutcome,
-    Busy,
-    Comment,
     CreateOutcome,
-    Draining,
     Forwarded,
     ForwardOutcome,
     GetOutcome,
-    HermesEvent,
     HermesRun,
-    NotFound,
     Rejected,
     Relayed,
     StopOutcome,
     Stopping,
-    StreamEnded,
     StreamItem,
     Unauthorized,
     Unavailable,
     error_fields,
     parse_json_object,
-    parse_retry_after,
 )
-from broker.hermes.sse import SseDecoder
+from broker.hermes.outcomes import create_outcome, failure_outcome
+from broker.hermes.sse import read_stream
 from broker.logging import get_logger
 
 #: Headers of a Hermes answer that the broker's proxy relays.
@@ -116,7 +109,7 @@ class AiohttpHermesClient:
             return reply
         if reply.status == 200 and (payload := parse_json_object(reply.body)) is not None:
             return HermesRun.from_api(payload)
-        return _failure(reply, run_id)
+        return failure_outcome(reply.status, run_id)
 
     async def stop(self, run_id: str) -> StopOutcome:
         reply = await self._call("POST", _run_path(run_id, "/stop"))
@@ -128,7 +121,7 @@ class AiohttpHermesClient:
             return Stopping(run_id, status if isinstance(status, str) else "stopping")
         if 400 <= reply.status < 500 and reply.status not in (401, 403, 404):
             return Rejected(reply.status, *error_fields(payload))
-        return _failure(reply, run_id)
+        return failure_outcome(reply.status, run_id)
 
     async def approval(self, run_id: str, body: bytes) -> ApprovalOutcome:
         headers = {"Content-Type": "application/json"}
@@ -149,10 +142,10 @@ class AiohttpHermesClient:
             return
         try:
             if opened.status != 200:
-                body = await opened.read()
-                yield _failure(_Reply(opened.status, opened.headers, body), run_id)
+                await opened.read()
+                yield failure_outcome(opened.status, run_id)
                 return
-            async for item in _read_stream(opened, idle_timeout_s):
+            async for item in read_stream(opened, idle_timeout_s):
                 yield item
         finally:
             opened.close()
@@ -241,68 +234,6 @@ class AiohttpHermesClient:
         self._log.debug(
             "Called Hermes.", extra={"method": method, "path": path, "status": status, "durationMs": duration_ms}
         )
-
-
-def create_outcome(status: int, headers: Mapping[str, str], body: bytes) -> CreateOutcome:
-    """Classify Hermes's answer to POST /v1/runs."""
-    payload = parse_json_object(body)
-    if status in (200, 201, 202):
-        run_id = payload.get("run_id") if payload else None
-        if not isinstance(run_id, str) or not run_id:
-            return Unavailable("create answer without a run_id")
-        replayed = payload.get("replayed") is True if payload else False
-        return Accepted(run_id, replayed or headers.get("Idempotency-Replayed", "").lower() == "true")
-    retry_after = parse_retry_after(headers.get("Retry-After"))
-    message, code = error_fields(payload)
-    if status == 429:
-        return Busy(retry_after)
-    if status == 503 and code == "gateway_draining":
-        return Draining(retry_after)
-    if status in (401, 403):
-        return Unauthorized(status)
-    if 400 <= status < 500:
-        return Rejected(status, message, code)
-    return Unavailable(f"HTTP {status}")
-
-
-async def _read_stream(response: aiohttp.ClientResponse, idle_timeout_s: float) -> AsyncIterator[StreamItem]:
-    """Events and comments until Hermes closes the stream, it breaks, or no event came for `idle_timeout_s`.
-
-    Only `data:` frames reset the idle timer: a stream orphaned upstream sends keepalives forever.
-    """
-    loop = asyncio.get_running_loop()
-    decoder = SseDecoder()
-    clean = closed = False
-    deadline = loop.time() + idle_timeout_s
-    try:
-        while not closed:
-            try:
-                async with asyncio.timeout_at(deadline):
-                    chunk = await response.content.readany()
-            except TimeoutError:
-                break
-            if not chunk:
-                break
-            for item in decoder.feed_chunk(chunk):
-                if isinstance(item, HermesEvent):
-                    deadline = loop.time() + idle_timeout_s
-                    clean = clean or item.terminal
-                closed = isinstance(item, Comment) and item.text == "stream closed"
-                clean = clean or closed
-                yield item
-                if closed:
-                    break
-    except (aiohttp.ClientError, OSError):
-        pass  # a broken connection ends the stream, cleanly only if its end was already seen
-    yield StreamEnded(clean)
-
-
-def _failure(reply: _Reply, run_id: str) -> NotFound | Unauthorized | Unavailable:
-    if reply.status == 404:
-        return NotFound(run_id)
-    if reply.status in (401, 403):
-        return Unauthorized(reply.status)
-    return Unavailable(f"HTTP {reply.status}")
 
 
 def _run_path(run_id: str, suffix: str = "") -> str:

@@ -1,10 +1,14 @@
-"""Pure decoding of Hermes's `text/event-stream` lines into events and comments. No IO."""
+"""Hermes's `text/event-stream`: pure decoding of lines into events and comments, and the reading loop."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+
+import aiohttp
 import orjson
 
-from broker.hermes.models import Comment, HermesEvent
+from broker.hermes.models import Comment, HermesEvent, StreamEnded, StreamItem
 
 
 class SseDecoder:
@@ -52,3 +56,35 @@ def decode_event(data: bytes) -> HermesEvent | None:
         return None
     name = payload.get("event")
     return HermesEvent(name if isinstance(name, str) else "", payload)
+
+
+async def read_stream(response: aiohttp.ClientResponse, idle_timeout_s: float) -> AsyncIterator[StreamItem]:
+    """Events and comments until Hermes closes the stream, it breaks, or no event came for `idle_timeout_s`.
+
+    Only `data:` frames reset the idle timer: a stream orphaned upstream sends keepalives forever.
+    """
+    loop = asyncio.get_running_loop()
+    decoder = SseDecoder()
+    clean = closed = False
+    deadline = loop.time() + idle_timeout_s
+    try:
+        while not closed:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    chunk = await response.content.readany()
+            except TimeoutError:
+                break
+            if not chunk:
+                break
+            for item in decoder.feed_chunk(chunk):
+                if isinstance(item, HermesEvent):
+                    deadline = loop.time() + idle_timeout_s
+                    clean = clean or item.terminal
+                closed = isinstance(item, Comment) and item.text == "stream closed"
+                clean = clean or closed
+                yield item
+                if closed:
+                    break
+    except (aiohttp.ClientError, OSError):
+        pass  # a broken connection ends the stream, cleanly only if its end was already seen
+    yield StreamEnded(clean)

@@ -1,0 +1,72 @@
+"""Classifying Hermes answers into typed outcomes, and structuring the run object."""
+
+from __future__ import annotations
+
+import orjson
+
+from broker.hermes.models import (
+    Accepted,
+    Busy,
+    Draining,
+    HermesRun,
+    Rejected,
+    Unauthorized,
+    Unavailable,
+    parse_retry_after,
+)
+from broker.hermes.outcomes import create_outcome
+
+RUN = (
+    b'{"object": "hermes.run", "run_id": "run_c6", "status": "completed", "updated_at": 1796005750.86,'
+    b' "created_at": 1796005747.39, "session_id": "run_c6", "model": "hermes-agent", "last_event": "run.completed",'
+    b' "output": "Hello", "usage": {"input_tokens": 11, "output_tokens": 7, "total_tokens": 18}, "approval": {}}'
+)
+
+
+def envelope(message: str, code: str | None) -> bytes:
+    return f'{{"error": {{"message": "{message}", "type": "invalid_request_error", "param": null, "code": '.encode() + (
+        f'"{code}"}}}}'.encode() if code else b"null}}"
+    )
+
+
+def test_create_answers_map_to_outcomes() -> None:
+    assert create_outcome(202, {}, b'{"run_id": "run_1", "status": "started"}') == Accepted("run_1")
+    assert create_outcome(202, {}, b'{"run_id": "run_1", "status": "running", "replayed": true}') == Accepted(
+        "run_1", replayed=True
+    )
+    assert create_outcome(202, {"Idempotency-Replayed": "true"}, b'{"run_id": "run_1"}') == Accepted("run_1", True)
+    assert create_outcome(429, {"Retry-After": "1"}, envelope("Too many", "rate_limit_exceeded")) == Busy(1.0)
+    assert create_outcome(503, {"Retry-After": "1"}, envelope("Draining", "gateway_draining")) == Draining(1.0)
+    assert create_outcome(503, {}, b"<html>bad gateway</html>") == Unavailable("HTTP 503")
+    assert create_outcome(500, {}, b"500 Internal Server Error") == Unavailable("HTTP 500")
+    assert create_outcome(401, {}, envelope("Invalid API key", "invalid_api_key")) == Unauthorized(401)
+    assert create_outcome(403, {}, envelope("needs a key", None)) == Unauthorized(403)
+    assert create_outcome(400, {}, envelope("Invalid JSON", None)) == Rejected(400, "Invalid JSON", None)
+    assert create_outcome(409, {}, envelope("used", "idempotency_key_conflict")) == Rejected(
+        409, "used", "idempotency_key_conflict"
+    )
+    assert create_outcome(202, {}, b"garbage") == Unavailable("create answer without a run_id")
+
+
+def test_retry_after_accepts_seconds_only() -> None:
+    assert [parse_retry_after(v) for v in ("1", " 2.5 ", "-1", "Wed, 21 Oct 2015 07:28:00 GMT", None)] == [
+        1.0,
+        2.5,
+        None,
+        None,
+        None,
+    ]
+
+
+def test_the_run_object_keeps_unknown_fields_in_raw() -> None:
+    run = HermesRun.from_api(orjson.loads(RUN))
+    assert (run.run_id, run.status, run.output, run.last_event, run.error) == (
+        "run_c6",
+        "completed",
+        "Hello",
+        "run.completed",
+        None,
+    )
+    assert run.usage == {"input_tokens": 11, "output_tokens": 7, "total_tokens": 18}
+    assert run.created_at == 1796005747.39 and run.terminal
+    assert run.raw["approval"] == {}
