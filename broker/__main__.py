@@ -1,17 +1,21 @@
-"""Composition root: config -> logging -> embedded Redis if needed -> app -> run."""
+"""Composition root: config -> logging -> embedded Redis if needed -> app -> serve until SIGTERM -> drain."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
+import signal
 import sys
+import time
 
 from aiohttp import web
 
 from broker import logging as broker_logging
 from broker.config import Config
 from broker.errors import ConfigError
-from broker.http.app import create_app
+from broker.http.app import create_app, drain
+from broker.logging import get_logger
 from broker.store.embedded import EmbeddedRedis
 
 
@@ -30,16 +34,29 @@ def main() -> int:
             except ConfigError as error:
                 print(f"Invalid configuration: {error.message}", file=sys.stderr)
                 return 2
-        app = create_app(config, redis_url=redis_url)
-        web.run_app(
-            app,
-            host=config.host,
-            port=config.port,
-            print=None,
-            access_log=None,
-            shutdown_timeout=config.shutdown_grace_ms / 1000,
-        )
+        asyncio.run(serve(config, redis_url))
     return 0
+
+
+async def serve(config: Config, redis_url: str) -> None:
+    """Serve until SIGTERM/SIGINT, then drain: not ready, jobs handed back, streams ended, requests finished."""
+    log = get_logger("broker.__main__.Server")
+    app = create_app(config, redis_url=redis_url)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=config.shutdown_grace_ms / 1000)
+    await runner.setup()
+    site = web.TCPSite(runner, config.host, config.port)
+    await site.start()
+    log.info("Listening.", extra={"host": config.host, "port": config.port})
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stopping.set)
+    await stopping.wait()
+    started = time.monotonic()
+    log.info("Draining on shutdown.", extra={"graceMs": config.shutdown_grace_ms})
+    await drain(app)
+    await runner.cleanup()
+    log.info("Stopped.", extra={"durationMs": round((time.monotonic() - started) * 1000)})
 
 
 if __name__ == "__main__":
