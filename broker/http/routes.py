@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from broker.errors import JobNotFound
 from broker.http import appkeys as keys
 from broker.http.errors import envelope
+from broker.http.proxy import proxy_or_not_found
 from broker.http.render import job_object
 from broker.http.schemas import ApprovalChoice, CreateRun
+from broker.ids import JOB_PREFIX
 
 
 async def create_run(request: web.Request) -> web.Response:
@@ -17,8 +20,14 @@ async def create_run(request: web.Request) -> web.Response:
     return web.json_response({**job_object(result.view), "replayed": result.replayed}, status=202, headers=headers)
 
 
-async def get_run(request: web.Request) -> web.Response:
-    view = await request.app[keys.service_key].get(request.match_info["run_id"])
+async def get_run(request: web.Request) -> web.StreamResponse:
+    run_id = request.match_info["run_id"]
+    if not run_id.startswith(JOB_PREFIX):
+        return await proxy_or_not_found(request, run_id)  # not a broker id: no Redis lookup
+    try:
+        view = await request.app[keys.service_key].get(run_id)
+    except JobNotFound:
+        return await proxy_or_not_found(request, run_id)
     return web.json_response(job_object(view))
 
 

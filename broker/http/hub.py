@@ -1,0 +1,304 @@
+"""The event hub: ONE `XREAD BLOCK` reader per replica over every followed job stream, fanned out to
+per-subscriber buffers, so the Redis connections used for SSE never grow with the clients (STYLE A.8 #1).
+
+Handoff contract (no gaps, no duplicates): a subscriber registers with `subscribe(job, last)` and THEN
+reads the stream after `last` itself (XRANGE). Every read the hub dispatches after the registration reaches
+the subscriber; every read dispatched before it was executed by Redis before the subscriber's XRANGE, so
+the XRANGE covers it. The subscriber drops frames whose id is not above the last id it sent. The same
+rule applies after an overflow (`Overflowed`): `resume()` re-registers, then the subscriber reads again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import random
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
+from contextlib import suppress
+from typing import NamedTuple, cast
+
+import orjson
+from aiohttp import web
+from redis.asyncio import Redis
+from redis.asyncio.connection import AbstractConnection
+from redis.exceptions import RedisError, ResponseError
+
+from broker.codec import decode
+from broker.events import JobEvent
+from broker.logging import get_logger
+from broker.store import keys
+from projections.feed import shown
+
+READ_COUNT = 500  #: entries per stream per XREAD
+QUEUE_LIMIT = 2000  #: frames buffered per subscriber before it falls back to XRANGE
+BLOCK_MS = 5000  #: XREAD BLOCK while CLIENT UNBLOCK works (a new stream wakes the reader at once)
+FALLBACK_BLOCK_MS = 500  #: XREAD BLOCK when CLIENT UNBLOCK is not permitted (the set changes at this pace)
+BACKOFF_S = (0.05, 5.0)  #: reconnect backoff, min and max
+
+
+def id_key(stream_id: str) -> tuple[int, int]:
+    """A Redis stream id as a comparable `(ms, seq)`."""
+    ms, _, seq = stream_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+class Frame(NamedTuple):
+    """One SSE frame ready to write: its stream id, its bytes, and whether it ends the job's feed."""
+
+    id: str
+    key: tuple[int, int]
+    data: bytes
+    terminal: bool
+
+
+def frames(job_id: str, entries: Iterable[tuple[str, JobEvent]]) -> list[Frame]:
+    """The frames of the entries the feed shows (rendered once, shared by every subscriber)."""
+    return [
+        Frame(entry_id, id_key(entry_id), b"id: %s\ndata: %s\n\n" % (entry_id.encode(), orjson.dumps(doc)), end)
+        for entry_id, doc, end in shown(job_id, entries)
+    ]
+
+
+class Signal(enum.Enum):
+    IDLE = "idle"  #: nothing arrived within the wait
+    OVERFLOWED = "overflowed"  #: frames were dropped: `resume()`, then read the stream after your last id
+    CLOSED = "closed"  #: the replica shuts down: end the stream without a terminal frame
+
+
+class Subscription:
+    """One SSE client's view of the hub: a bounded buffer filled by the reader."""
+
+    __slots__ = ("_items", "_limit", "_wake", "closed", "job_id", "overflowed")
+
+    def __init__(self, job_id: str, limit: int) -> None:
+        self.job_id = job_id
+        self._items: deque[Frame] = deque()
+        self._limit = limit
+        self._wake = asyncio.Event()
+        self.overflowed = False
+        self.closed = False
+
+    async def next(self, timeout_s: float) -> Frame | Signal:
+        """The next frame, or a signal; waits at most `timeout_s`."""
+        while not self.closed and not self._items:
+            if self.overflowed:
+                return Signal.OVERFLOWED
+            self._wake.clear()
+            try:
+                async with asyncio.timeout(timeout_s):
+                    await self._wake.wait()
+            except TimeoutError:
+                return Signal.IDLE
+        return Signal.CLOSED if self.closed else self._items.popleft()
+
+    def ready(self) -> list[Frame]:
+        """Every frame already buffered (to write them in one go)."""
+        items = list(self._items)
+        self._items.clear()
+        return items
+
+    def resume(self) -> None:
+        self.overflowed = False
+
+    def push(self, batch: list[Frame]) -> None:
+        if self.closed or self.overflowed or not batch:
+            return
+        if len(self._items) + len(batch) > self._limit:
+            self.overflowed = True  # the subscriber re-reads from its last id; nothing is lost
+            self._items.clear()
+        else:
+            self._items.extend(batch)
+        self._wake.set()
+
+    def close(self) -> None:
+        self.closed = True
+        self._wake.set()
+
+
+class _Follow:
+    __slots__ = ("cursor", "subscribers")
+
+    def __init__(self, cursor: str) -> None:
+        self.cursor = cursor  #: the id the reader has read this stream up to
+        self.subscribers: set[Subscription] = set()
+
+
+class Hub:
+    """The replica's one live reader. `start()`/`stop()` with the app; `subscribe()`/`unsubscribe()` per client."""
+
+    def __init__(self, redis: Redis, *, queue_limit: int = QUEUE_LIMIT, block_ms: int = BLOCK_MS) -> None:
+        self._redis = redis
+        self._queue_limit = queue_limit
+        self._block_ms = block_ms
+        self._follows: dict[str, _Follow] = {}
+        self._changed = asyncio.Event()
+        self._version = 0  #: bumped when a stream joins the followed set
+        self._reading: int | None = None  #: the version the in-flight XREAD was issued for
+        self._unblocker: asyncio.Task[None] | None = None
+        self._can_unblock = True
+        self._connection: AbstractConnection | None = None
+        self.client_id: int | None = None  #: CLIENT ID of the reader's connection (tests kill it)
+        self.stopping = asyncio.Event()  #: set on shutdown: every stream ends
+        self._task: asyncio.Task[None] | None = None
+        self._log = get_logger(type(self))
+
+    @property
+    def subscribers(self) -> int:
+        return sum(len(follow.subscribers) for follow in self._follows.values())
+
+    def subscribe(self, job_id: str, after: str) -> Subscription:
+        """Register a subscriber that has sent everything up to `after` (see the module's handoff contract)."""
+        subscription = Subscription(job_id, self._queue_limit)
+        if self.stopping.is_set():
+            subscription.close()
+            return subscription
+        follow = self._follows.get(job_id)
+        if follow is None:
+            follow = self._follows[job_id] = _Follow(after)
+            self._version += 1
+            self._changed.set()
+            self._wake_reader()
+        follow.subscribers.add(subscription)
+        return subscription
+
+    def unsubscribe(self, subscription: Subscription) -> None:
+        follow = self._follows.get(subscription.job_id)
+        if follow is not None:
+            follow.subscribers.discard(subscription)
+            if not follow.subscribers:
+                del self._follows[subscription.job_id]  # the next XREAD leaves it out
+
+    def close_subscribers(self) -> None:
+        """Shutdown: end every open stream (clients resume elsewhere with their last id)."""
+        self.stopping.set()
+        for follow in self._follows.values():
+            for subscription in follow.subscribers:
+                subscription.close()
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="event-hub")
+
+    async def stop(self) -> None:
+        for task in (self._task, self._unblocker):
+            if task is not None:
+                task.cancel()
+                with suppress(asyncio.CancelledError):
+                    await task
+        await self._release()
+
+    async def _run(self) -> None:
+        backoff = BACKOFF_S[0]
+        while True:
+            if not self._follows:
+                self._changed.clear()
+                await self._changed.wait()
+                continue
+            try:
+                await self._read_once()
+                backoff = BACKOFF_S[0]
+            except (RedisError, OSError, TimeoutError) as error:
+                self._log.warning("Lost the event hub's Redis connection.", extra={"error": repr(error)})
+                await self._drop_connection()
+                await asyncio.sleep(backoff * (1 + random.random()))
+                backoff = min(backoff * 2, BACKOFF_S[1])
+            except Exception:
+                # The loop guard: a bug must not end live delivery for every client of the replica.
+                self._log.exception("Failed to read job events.")
+                await self._drop_connection()
+                await asyncio.sleep(BACKOFF_S[1])
+
+    async def _read_once(self) -> None:
+        connection = await self._connect()
+        follows = list(self._follows.items())
+        self._changed.clear()
+        block_ms = self._block_ms if self._can_unblock else min(self._block_ms, FALLBACK_BLOCK_MS)
+        streams = [keys.events(job_id) for job_id, _ in follows]
+        cursors = [follow.cursor for _, follow in follows]
+        self._reading = self._version
+        try:
+            await connection.send_command(
+                "XREAD", "COUNT", READ_COUNT, "BLOCK", block_ms, "STREAMS", *streams, *cursors
+            )
+            reply = await connection.read_response(timeout=block_ms / 1000 + 10)
+        finally:
+            self._reading = None
+        by_key = dict(follows)
+        for key, entries in _stream_entries(reply):
+            job_id = keys.job_id_of(key) or ""
+            follow = self._follows.get(job_id)
+            if follow is None or follow is not by_key.get(job_id) or not entries:
+                continue  # unfollowed (or re-followed from another cursor) meanwhile: the next read is exact
+            follow.cursor = entries[-1][0]
+            batch = frames(
+                job_id, ((entry_id, decode(fields.get(keys.EVENT_FIELD, ""))) for entry_id, fields in entries)
+            )
+            for subscription in follow.subscribers:
+                subscription.push(batch)
+
+    async def _connect(self) -> AbstractConnection:
+        """The reader's dedicated connection: one connection of the app's pool, held for the hub's lifetime."""
+        if self._connection is None:
+            # redis-py leaves these two untyped
+            get_connection = cast(
+                Callable[[], Awaitable[AbstractConnection]], self._redis.connection_pool.get_connection
+            )
+            self._connection = await get_connection()
+        if not self._connection.is_connected or self.client_id is None:
+            await cast(Callable[[], Awaitable[None]], self._connection.connect)()
+            await self._connection.send_command("CLIENT", "ID")
+            self.client_id = int(cast(int, await self._connection.read_response()))
+        return self._connection
+
+    def _wake_reader(self) -> None:
+        if self._can_unblock and self._reading is not None and (self._unblocker is None or self._unblocker.done()):
+            self._unblocker = asyncio.create_task(self._unblock(), name="event-hub-unblock")
+
+    async def _unblock(self) -> None:
+        """Interrupt a blocked XREAD whose stream set is stale (from the pooled client, by CLIENT UNBLOCK)."""
+        for _ in range(50):
+            reading, client_id = self._reading, self.client_id
+            if reading is None or reading >= self._version or client_id is None:
+                return  # the next XREAD already includes the new streams
+            try:
+                if await self._redis.client_unblock(client_id):
+                    return
+            except ResponseError as error:  # e.g. NOPERM under an ACL: fall back to short blocks
+                self._can_unblock = False
+                self._log.warning("Cannot unblock the event hub's reader.", extra={"error": str(error)})
+                return
+            except RedisError:
+                return  # the reader reconnects and rereads the set anyway
+            await asyncio.sleep(0.005)  # sent before the XREAD reached Redis: try again
+
+    async def _drop_connection(self) -> None:
+        self.client_id = None
+        if self._connection is not None:
+            with suppress(RedisError, OSError):
+                await self._connection.disconnect()
+
+    async def _release(self) -> None:
+        connection, self._connection = self._connection, None
+        self.client_id = None
+        if connection is not None:
+            with suppress(RedisError, OSError):
+                await connection.disconnect()
+            await self._redis.connection_pool.release(connection)
+
+
+def _stream_entries(reply: object) -> list[tuple[str, list[tuple[str, dict[str, str]]]]]:
+    """Narrow a raw XREAD reply (RESP2 list or RESP3 map; None on timeout or unblock)."""
+    if reply is None:
+        return []
+    streams = list(reply.items()) if isinstance(reply, dict) else cast(list[list[object]], reply)
+    result: list[tuple[str, list[tuple[str, dict[str, str]]]]] = []
+    for key, raw_entries in streams:
+        entries = []
+        for entry_id, raw_fields in cast(list[tuple[str, list[str] | None]], raw_entries):
+            flat = raw_fields or []
+            entries.append((str(entry_id), dict(zip(flat[::2], flat[1::2], strict=True))))
+        result.append((str(key), entries))
+    return result
+
+
+hub_key = web.AppKey("hub", Hub)
