@@ -1,0 +1,144 @@
+"""JobStore against a real Redis: create claims once, appends are atomic, checked and fenced."""
+
+from __future__ import annotations
+
+import pytest
+from redis.asyncio import Redis
+
+from broker.codec import decode_view
+from broker.errors import JobNotFound, LeaseLost, StreamConflict
+from broker.events import HoldReason, JobCreated, JobEvent, JobHeld, RunAccepted, StopRequested
+from broker.store import keys
+from broker.store.jobs import JobStore
+from projections.job import JobView, fold
+
+JOB = "job_11111111111111111111111111111111"
+T0 = 1_796_005_747_391
+
+
+@pytest.fixture
+def store(redis: Redis) -> JobStore:
+    return JobStore(redis, retention_ms=60_000)
+
+
+def _created(job_id: str = JOB, body: str = '{"input":"x"}') -> JobCreated:
+    return JobCreated(job_id=job_id, at_ms=T0, body=body, fingerprint="f" * 64, idempotency_key="k")
+
+
+def _view(*events: JobEvent) -> JobView:
+    view = fold([_created(), *events])
+    assert view is not None
+    return view
+
+
+def _holds(n: int) -> list[JobEvent]:
+    return [
+        JobHeld(job_id=JOB, at_ms=T0 + i, reason=HoldReason.BUSY, retry_at_ms=T0 + 100 + i) for i in range(1, n + 1)
+    ]
+
+
+async def _create(store: JobStore) -> str:
+    created = await store.create(_created(), _view())
+    assert created.created
+    return created.snapshot.last_id
+
+
+async def test_create_claims_the_job_once(store: JobStore, redis: Redis) -> None:
+    first = await store.create(_created(), _view())
+    second = await store.create(_created(body='{"input":"other"}'), fold([_created(body='{"input":"other"}')]))  # type: ignore[arg-type]
+    assert (first.created, second.created) == (True, False)
+    assert second.snapshot.view == first.snapshot.view
+    assert await redis.xlen(keys.events(JOB)) == 1
+    assert 0 < await redis.pttl(keys.events(JOB)) <= 60_000
+    assert 0 < await redis.pttl(keys.view(JOB)) <= 60_000
+
+
+async def test_append_stores_the_events_and_their_view(store: JobStore, redis: Redis) -> None:
+    last = await _create(store)
+    events = _holds(2)
+    ids = await store.append(JOB, events, _view(*events), expected_last_id=last)
+    assert len(ids) == 2 and ids[0] > last
+    history = await store.read(JOB)
+    assert [event for _, event in history] == [_created(), *events]
+    assert [entry_id for entry_id, _ in history[1:]] == ids
+    snapshot = await store.load(JOB)
+    assert snapshot is not None
+    assert (snapshot.view, snapshot.last_id) == (_view(*events), ids[-1])
+    assert await store.read(JOB, after=ids[0]) == history[2:]
+
+
+async def test_append_without_an_expected_id_does_not_check(store: JobStore) -> None:
+    await _create(store)
+    await store.append(JOB, _holds(1), _view(*_holds(1)), expected_last_id=None)
+    assert len(await store.read(JOB)) == 2
+
+
+async def test_a_stale_expected_id_conflicts_and_appends_nothing(store: JobStore, redis: Redis) -> None:
+    # Given a writer that appended after we read
+    stale = await _create(store)
+    [current] = await store.append(JOB, _holds(1), _view(*_holds(1)), expected_last_id=stale)
+    # When we append expecting the old last id
+    with pytest.raises(StreamConflict) as caught:
+        await store.append(JOB, _holds(3), _view(*_holds(3)), expected_last_id=stale)
+    # Then nothing was written and the error says where the stream is
+    assert caught.value.actual_last_id == current
+    assert await redis.xlen(keys.events(JOB)) == 2
+    assert decode_view((await redis.hgetall(keys.view(JOB)))["state"]) == _view(*_holds(1))
+
+
+async def test_a_wrong_lease_token_is_fenced_and_appends_nothing(store: JobStore, redis: Redis) -> None:
+    last = await _create(store)
+    await redis.set(keys.lease(JOB), "token-a", px=10_000)
+    accepted = [RunAccepted(job_id=JOB, at_ms=T0 + 5, attempt=1, hermes_run_id="run_1")]
+    with pytest.raises(LeaseLost):
+        await store.append(JOB, accepted, _view(*accepted), expected_last_id=last, lease_token="token-b")
+    await redis.delete(keys.lease(JOB))
+    with pytest.raises(LeaseLost):
+        await store.append(JOB, accepted, _view(*accepted), expected_last_id=last, lease_token="token-a")
+    assert await redis.xlen(keys.events(JOB)) == 1
+    # And the holder of the lease writes
+    await redis.set(keys.lease(JOB), "token-a", px=10_000)
+    await store.append(JOB, accepted, _view(*accepted), expected_last_id=last, lease_token="token-a")
+    assert await redis.xlen(keys.events(JOB)) == 2
+
+
+async def test_appending_to_a_missing_job_fails_and_creates_nothing(store: JobStore, redis: Redis) -> None:
+    stop = [StopRequested(job_id=JOB, at_ms=T0)]
+    with pytest.raises(JobNotFound):
+        await store.append(JOB, stop, _view(*stop), expected_last_id=None)
+    assert await redis.exists(keys.events(JOB), keys.view(JOB)) == 0
+    assert await store.load(JOB) is None
+    assert await store.read(JOB) == []
+
+
+async def test_one_append_of_many_events_is_one_atomic_write(store: JobStore, redis: Redis) -> None:
+    # Given a job, and another writer racing with batches of 50 events
+    last = await _create(store)
+    batch = _holds(50)
+    ids = await store.append(JOB, batch, _view(*batch), expected_last_id=last)
+    # Then the batch is contiguous in the stream: no other entry falls between its ids
+    entries = await redis.xrange(keys.events(JOB), min=ids[0], max=ids[-1])
+    assert [entry_id for entry_id, _ in entries] == ids
+    assert (await store.load(JOB)).last_id == ids[-1]  # type: ignore[union-attr]
+    # And a conflicting batch leaves no trace at all
+    with pytest.raises(StreamConflict):
+        await store.append(JOB, batch, _view(*batch), expected_last_id=last)
+    assert await redis.xlen(keys.events(JOB)) == 51
+
+
+async def test_an_append_renews_retention(store: JobStore, redis: Redis) -> None:
+    last = await _create(store)
+    await redis.pexpire(keys.events(JOB), 1_000)
+    await redis.pexpire(keys.view(JOB), 1_000)
+    await store.append(JOB, _holds(1), _view(*_holds(1)), expected_last_id=last)
+    assert await redis.pttl(keys.events(JOB)) > 50_000
+    assert await redis.pttl(keys.view(JOB)) > 50_000
+
+
+async def test_an_unreadable_view_is_refolded_from_the_stream(store: JobStore, redis: Redis) -> None:
+    last = await _create(store)
+    [held] = await store.append(JOB, _holds(1), _view(*_holds(1)), expected_last_id=last)
+    await redis.hset(keys.view(JOB), "state", '{"written_by":"a newer replica"}')
+    snapshot = await store.load(JOB)
+    assert snapshot is not None
+    assert (snapshot.view, snapshot.last_id) == (_view(*_holds(1)), held)
