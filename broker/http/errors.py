@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from broker.errors import BrokerError
+from broker.errors import BrokerError, Unavailable
 from broker.logging import get_logger
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -49,6 +51,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if error.status < 400:
             raise
         return _from_http_exception(error)
+    except (RedisConnectionError, RedisTimeoutError) as error:
+        # Redis is down or restarting (the client already retried): a retryable 503, not a bug.
+        _log.warning("Redis did not answer a request.", extra={"path": request.path, "error": type(error).__name__})
+        return from_broker_error(Unavailable("Redis is unavailable; try again."))
     except Exception:
         # The last guard: a bug must still answer the envelope, and is logged with its traceback.
         _log.exception("Failed to answer a request.", extra={"method": request.method, "path": request.path})

@@ -1,0 +1,133 @@
+"""e2e fixtures: broker processes (`python -m broker`) owned by a factory that cleans up, and a
+Hermes that accepts connections but never answers (jobs stay queued, their objects stay still)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from broker.config import _VARIABLES
+from tests.conftest import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+START_TIMEOUT_S = 30.0
+
+
+class BrokerProcess:
+    """One `python -m broker` on a free loopback port; its output goes to a log file."""
+
+    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+        self.env = env
+        self.port = int(env["PORT"])
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> BrokerProcess:
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "broker"], env=self.env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT
+            )
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                pytest.fail(f"the broker exited with {self.process.returncode}:\n{self.log_path.read_text()[-3000:]}")
+            try:
+                if self.request("GET", "/healthz", timeout=0.5)[0] == 200:
+                    return self
+            except OSError:
+                pass
+            time.sleep(0.05)
+        self.kill()
+        pytest.fail(f"the broker did not answer /healthz in time:\n{self.log_path.read_text()[-3000:]}")
+
+    def request(
+        self, method: str, path: str, body: Any = None, timeout: float = 5.0, **headers: str
+    ) -> tuple[int, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as answer:
+                return answer.status, json.loads(answer.read() or b"null")
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read() or b"null")
+
+    def kill(self) -> None:
+        """SIGKILL: no drain, no cleanup."""
+        self._signal(signal.SIGKILL)
+
+    def terminate(self, timeout: float = 30.0) -> int:
+        """SIGTERM, then wait for the drain to finish."""
+        return self._signal(signal.SIGTERM, timeout)
+
+    def _signal(self, signum: int, timeout: float = 10.0) -> int:
+        if self.process is None:
+            return 0
+        process, self.process = self.process, None
+        if process.poll() is None:
+            process.send_signal(signum)
+        try:
+            return process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            pytest.fail(f"the broker did not exit after signal {signum}")
+
+
+BrokerFactory = Callable[..., BrokerProcess]
+
+
+@pytest.fixture
+def silent_hermes() -> Iterator[str]:
+    """A Hermes URL that accepts connections and never answers: the driver waits, appends nothing."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(128)
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+
+@pytest.fixture
+def start_broker(tmp_path: Path, silent_hermes: str) -> Iterator[BrokerFactory]:
+    """Start `python -m broker` with `REDIS_URL` (or embedded Redis under `data_dir`); stopped at teardown."""
+    started: list[BrokerProcess] = []
+
+    def start(
+        *, redis_url: str | None, data_dir: Path | None = None, port: int | None = None, **variables: str
+    ) -> BrokerProcess:
+        env = {name: value for name, value in os.environ.items() if name not in _VARIABLES}
+        env.update(
+            HOST="127.0.0.1",
+            PORT=str(port or free_port()),
+            HERMES_URL=silent_hermes,
+            HERMES_TIMEOUT="600000",
+            SHUTDOWN_GRACE="3000",
+            LOG_LEVEL="info",
+            PYTHONUNBUFFERED="1",
+        )
+        if redis_url is not None:
+            env["REDIS_URL"] = redis_url
+        env["DATA_DIR"] = str(data_dir or tmp_path / "data")
+        env.update(variables)
+        broker = BrokerProcess(env, tmp_path / f"broker-{len(started)}.log")
+        started.append(broker)
+        return broker.start()
+
+    yield start
+    for broker in started:
+        if broker.process is not None:
+            broker.terminate()
