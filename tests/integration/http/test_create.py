@@ -12,8 +12,8 @@ import pytest
 from aiohttp.test_utils import TestClient
 from redis.asyncio import Redis
 
-from broker.codec import decode_view
-from broker.ids import is_job_id
+from broker.codec import decode, decode_view, encode_view
+from broker.ids import fingerprint, is_job_id, job_id_for_key
 from broker.store import keys
 from broker.store.jobs import JobStore
 from projections.job import fold
@@ -258,3 +258,24 @@ async def test_an_append_renews_retention(client: TestClient[Any, Any], redis: R
     assert (await client.post(f"/v1/runs/{job['run_id']}/stop")).status == 200
     for key in (keys.events(job["run_id"]), keys.view(job["run_id"])):
         assert await redis.pttl(key) > 604_000_000
+
+
+async def test_a_legacy_job_keeps_both_flags_and_a_replay_adds_no_context(
+    client: TestClient[Any, Any], redis: Redis
+) -> None:
+    # Given a job stored by an older broker: no reporting flags, no context, in the event and the view
+    job_id = job_id_for_key("k-legacy")
+    legacy = {"type": "JobCreated", "job_id": job_id, "at_ms": 1_796_005_747_391, "body": '{"input":"x"}'}
+    legacy["fingerprint"] = fingerprint("x", None)
+    legacy["idempotency_key"] = "k-legacy"
+    entry_id = await redis.xadd(keys.events(job_id), {keys.EVENT_FIELD: orjson.dumps(legacy)})
+    view = orjson.loads(encode_view(fold([decode(orjson.dumps(legacy))])))  # type: ignore[arg-type]
+    del view["reporting"]
+    await redis.hset(keys.view(job_id), mapping={"state": orjson.dumps(view), "last_id": entry_id})
+    # When it is polled, and replayed with context and reporting
+    polled = await (await client.get(f"/v1/runs/{job_id}")).json()
+    again = await _create(client, {"input": "x", "context": CONTEXT, "reporting": {"board": False}}, "k-legacy")
+    # Then both flags are true and no context was added
+    assert polled["reporting"] == again["reporting"] == {"board": True, "post": True}
+    assert "context" not in polled and "context" not in again
+    assert again["replayed"] is True
