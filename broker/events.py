@@ -14,6 +14,11 @@ from enum import StrEnum
 from attrs import field, frozen
 
 
+def thread_key(job_id: str) -> str:
+    """The job's thread: one job, one thread (`runs-<job id>`), also the board key."""
+    return f"runs-{job_id}"
+
+
 class JobStatus(StrEnum):
     QUEUED = "queued"  #: waiting for a replica or for Hermes to accept
     RUNNING = "running"  #: Hermes accepted an attempt (also while it is resubmitted)

@@ -7,6 +7,10 @@ import secrets
 
 import orjson
 
+from broker.events import thread_key
+
+__all__ = ["fingerprint", "is_job_id", "job_id_for_key", "new_job_id", "thread_key", "upstream_key"]
+
 JOB_PREFIX = "job_"
 
 
@@ -27,10 +31,6 @@ def is_job_id(value: str) -> bool:
 def upstream_key(job_id: str, attempt: int) -> str:
     """Hermes Idempotency-Key of an attempt: the job id for the first, `<job>#<n>` after."""
     return job_id if attempt <= 1 else f"{job_id}#{attempt}"
-
-
-def thread_key(job_id: str) -> str:
-    return f"runs-{job_id}"
 
 
 def fingerprint(input_value: object, instructions: object) -> str:

@@ -31,8 +31,8 @@ from broker.events import (
     RunResubmitted,
     StopRequested,
     UnknownEvent,
+    thread_key,
 )
-from broker.ids import thread_key
 
 DENIED_CODE = "approval_denied"
 _MAX_SECONDS = 2**53 // 1000  # a later "timestamp" is junk; receivers read JSON numbers as doubles

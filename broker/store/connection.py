@@ -25,4 +25,4 @@ def connect(url: str, *, max_connections: int = MAX_CONNECTIONS) -> Redis:
         retry=Retry(ExponentialBackoff(cap=2, base=0.05), retries=8),
         retry_on_error=[ConnectionError, TimeoutError],
     )
-    return Redis(connection_pool=pool)
+    return Redis.from_pool(pool)  # the client owns the pool: aclose() disconnects it

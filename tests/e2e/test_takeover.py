@@ -1,0 +1,104 @@
+"""Replicas as processes: a SIGKILLed owner's jobs are taken over, a SIGTERMed one hands them back at once,
+and Hermes sees one create per attempt key (SPEC S4 leases, takeover, drain)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.conftest import RedisServer, free_port, wait_for_port
+from tests.e2e.conftest import BrokerFactory, BrokerProcess
+
+FAST = {"RUNS_POLL_INTERVAL": "200", "RUNS_BACKOFF": "50", "RUNS_BACKOFF_MAX": "200"}
+
+
+class SimulatorProcess:
+    def __init__(self, port: int) -> None:
+        self.url = f"http://127.0.0.1:{port}"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "broker.simulator", "--port", str(port), "--upstream-main", "--max-concurrent", "0"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_for_port(port)
+
+    def creates(self) -> list[str]:
+        with urllib.request.urlopen(f"{self.url}/_sim/requests", timeout=5) as answer:
+            requests = json.loads(answer.read())["requests"]
+        return [r["idempotency_key"] for r in requests if r["method"] == "POST" and r["path"] == "/v1/runs"]
+
+
+@pytest.fixture
+def simulator() -> Iterator[SimulatorProcess]:
+    sim = SimulatorProcess(free_port())
+    yield sim
+    sim.process.terminate()
+    sim.process.wait(timeout=10)
+
+
+def until(probe: Any, timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(0.05)
+    raise AssertionError(f"not within {timeout}s; last: {last!r}")
+
+
+def create_jobs(broker: BrokerProcess, count: int, text: str) -> list[str]:
+    jobs = []
+    for _ in range(count):
+        status, body = broker.request("POST", "/v1/runs", {"input": text}, **{"Content-Type": "application/json"})
+        assert status == 202
+        jobs.append(body["run_id"])
+    return jobs
+
+
+def statuses(broker: BrokerProcess, jobs: list[str]) -> list[str]:
+    return [broker.request("GET", f"/v1/runs/{job}")[1]["status"] for job in jobs]
+
+
+def test_a_killed_owners_jobs_are_finished_by_the_other_replica(
+    start_broker: BrokerFactory, redis_server: RedisServer, simulator: SimulatorProcess
+) -> None:
+    # Given two replicas with a short lease, driving jobs that take a while
+    env = {**FAST, "HERMES_URL": simulator.url, "RUNS_LEASE": "1500"}
+    doomed = start_broker(redis_url=redis_server.url, **env)
+    jobs = create_jobs(doomed, 6, "slow sleep:2")
+    until(lambda: all(s == "running" for s in statuses(doomed, jobs)), 15)
+    survivor = start_broker(redis_url=redis_server.url, **env)
+    # When the replica that drives them all is SIGKILLed mid-run
+    doomed.kill()
+    # Then every job completes on the other one, without a second Hermes run for any attempt
+    until(lambda: all(s == "completed" for s in statuses(survivor, jobs)), 30)
+    finished = [survivor.request("GET", f"/v1/runs/{job}")[1] for job in jobs]
+    assert all(job["attempts"] == 1 for job in finished)
+    assert sorted(simulator.creates()) == sorted(jobs)  # one create per attempt key
+    assert survivor.log_path.read_text().count("Took over a job.") == len(jobs)
+
+
+def test_a_terminated_replica_hands_its_jobs_over_before_the_lease_expires(
+    start_broker: BrokerFactory, redis_server: RedisServer, simulator: SimulatorProcess
+) -> None:
+    # Given two replicas with a lease far longer than the jobs
+    env = {**FAST, "HERMES_URL": simulator.url, "RUNS_LEASE": "60000"}
+    leaving = start_broker(redis_url=redis_server.url, **env)
+    jobs = create_jobs(leaving, 6, "slow sleep:2")
+    until(lambda: all(s == "running" for s in statuses(leaving, jobs)), 15)
+    staying = start_broker(redis_url=redis_server.url, **env)
+    # When one replica is SIGTERMed (a rollout)
+    assert leaving.terminate() == 0
+    # Then the other finishes every job well before a lease could have expired
+    until(lambda: all(s == "completed" for s in statuses(staying, jobs)), 20)
+    assert '"jobs":6' in next(line for line in leaving.log_path.read_text().splitlines() if "Handed jobs back" in line)
+    assert staying.log_path.read_text().count("Took over a job.") == len(jobs)
+    assert sorted(simulator.creates()) == sorted(jobs)
