@@ -10,6 +10,7 @@ from cattrs.preconf.orjson import OrjsonConverter, make_converter
 from cattrs.strategies import configure_tagged_union
 
 from broker.events import JobEvent, UnknownEvent
+from projections.board import BoardState
 from projections.job import JobView
 
 event_codec: OrjsonConverter = make_converter()
@@ -49,5 +50,17 @@ def decode_view(data: bytes | str) -> JobView | None:
     """A stored view, or None when this replica cannot read it (the caller refolds the stream)."""
     try:
         return view_codec.loads(data, JobView)
+    except (BaseValidationError, ValueError, TypeError, KeyError):
+        return None
+
+
+def encode_board(state: BoardState) -> bytes:
+    return view_codec.dumps(state)
+
+
+def decode_board(data: bytes | str) -> BoardState | None:
+    """A stored board fold state, or None when this replica cannot read it (the caller refolds)."""
+    try:
+        return view_codec.loads(data, BoardState)
     except (BaseValidationError, ValueError, TypeError, KeyError):
         return None

@@ -8,11 +8,12 @@ from typing import cast
 from attrs import frozen
 from redis.asyncio import Redis
 
-from broker.codec import decode, decode_view, encode, encode_view
+from broker.codec import decode, decode_board, decode_view, encode, encode_board, encode_view
 from broker.errors import JobNotFound, LeaseLost, StreamConflict
 from broker.events import JobCreated, JobEvent
 from broker.store import keys
 from broker.store.scripts import Scripts, as_strings
+from projections.board import BoardState
 from projections.job import JobView, fold
 
 START = "0-0"
@@ -20,16 +21,30 @@ START = "0-0"
 
 @frozen
 class Snapshot:
-    """A job view and the stream id it was folded up to."""
+    """A job view (and its board fold state) and the stream id they were folded up to."""
 
     view: JobView
     last_id: str
+    board: BoardState | None = None
 
 
 @frozen
 class Created:
     snapshot: Snapshot
     created: bool  #: False: the job already existed (an idempotent replay)
+
+
+@frozen(kw_only=True)
+class BoardWrite:
+    """What a write persists of the job's board (SPEC S5.3): the fold state and, if any, a new version."""
+
+    state: BoardState
+    report: bytes | None = None  #: the new version's rendered report; None: the events made no version
+    at_ms: int = 0
+    state_change: bool = False
+    expire_at_ms: int = 0  #: sourceActivityAt + HERMES_TTL
+    refresh_ms: int = 0  #: BOARD_REFRESH_INTERVAL
+    now_ms: int = 0
 
 
 class JobStore:
@@ -41,22 +56,14 @@ class JobStore:
         self._retention_ms = retention_ms
         self._takeover_ms = takeover_ms  # a job nobody took by then is promoted again (RUNS_LEASE)
 
-    async def create(self, event: JobCreated, view: JobView) -> Created:
-        """Store `event` and its view and enqueue the job, unless the job id exists already."""
-        reply = as_strings(
-            await self._scripts.create_job(
-                keys=[keys.events(event.job_id), keys.view(event.job_id), keys.WORK, keys.DUE],
-                args=[
-                    encode(event),
-                    encode_view(view),
-                    self._retention_ms,
-                    event.job_id,
-                    event.at_ms + self._takeover_ms,
-                ],
-            )
-        )
-        if reply[0] == "1":
-            return Created(Snapshot(view, reply[1]), created=True)
+    async def create(self, event: JobCreated, view: JobView, board: BoardWrite | None = None) -> Created:
+        """Store `event` and its view and ring the work stream, unless the job id exists already."""
+        reply = await self._write(
+            event.job_id, [event], view, expected="$new", enqueue=True, due_at=event.at_ms + self._takeover_ms,
+            board=board,
+        )  # fmt: skip
+        if reply[0] == "OK":
+            return Created(Snapshot(view, reply[1], board.state if board else None), created=True)
         existing = decode_view(reply[1]) or (await self._refold(event.job_id)).view
         return Created(Snapshot(existing, ""), created=False)
 
@@ -69,20 +76,11 @@ class JobStore:
         expected_last_id: str | None,
         lease_token: str | None = None,
         enqueue: bool = False,
+        board: BoardWrite | None = None,
     ) -> list[str]:
         """Append `events` with `view` (their fold); raise StreamConflict, LeaseLost or JobNotFound."""
-        reply = as_strings(
-            await self._scripts.append_events(
-                keys=[keys.events(job_id), keys.view(job_id), keys.lease(job_id), keys.WORK],
-                args=[
-                    expected_last_id or "",
-                    lease_token or "",
-                    self._retention_ms,
-                    encode_view(view),
-                    job_id if enqueue else "",
-                    *(encode(event) for event in events),
-                ],
-            )
+        reply = await self._write(
+            job_id, events, view, expected=expected_last_id or "", token=lease_token, enqueue=enqueue, board=board
         )
         match reply[0]:
             case "OK":
@@ -94,6 +92,56 @@ class JobStore:
             case _:
                 raise JobNotFound(job_id)
 
+    async def _write(
+        self,
+        job_id: str,
+        events: Sequence[JobEvent],
+        view: JobView,
+        *,
+        expected: str,
+        token: str | None = None,
+        enqueue: bool = False,
+        due_at: int | None = None,
+        board: BoardWrite | None = None,
+    ) -> list[str]:
+        board_args: list[str | int | bytes] = ["", "", 0, "0", 0, 0, 0]
+        if board is not None:
+            board_args = [
+                encode_board(board.state),
+                board.report or "",
+                board.at_ms,
+                "1" if board.state_change else "0",
+                board.expire_at_ms,
+                board.refresh_ms,
+                board.now_ms,
+            ]
+        reply = await self._scripts.append_events(
+            keys=[
+                keys.events(job_id),
+                keys.view(job_id),
+                keys.lease(job_id),
+                keys.WORK,
+                keys.DUE,
+                keys.board(job_id),
+                keys.BOARD_OUTBOX,
+                keys.BOARD_DUE,
+                keys.BOARD_INDEX,
+            ],
+            args=[
+                expected,
+                token or "",
+                self._retention_ms,
+                encode_view(view),
+                job_id,
+                "1" if enqueue else "0",
+                "" if due_at is None else due_at,
+                *board_args,
+                len(events),
+                *(encode(event) for event in events),
+            ],
+        )
+        return as_strings(reply)
+
     async def load(self, job_id: str) -> Snapshot | None:
         """The stored view, refolded from the stream when this replica cannot decode it."""
         stored = cast(dict[str, str], await self._redis.hgetall(keys.view(job_id)))
@@ -102,7 +150,8 @@ class JobStore:
         view = decode_view(stored.get("state", ""))
         if view is None:
             return await self._refold(job_id)
-        return Snapshot(view, stored.get("last_id", START))
+        board = decode_board(stored["board"]) if "board" in stored else None
+        return Snapshot(view, stored.get("last_id", START), board)
 
     async def read(self, job_id: str, after: str = START, count: int | None = None) -> list[tuple[str, JobEvent]]:
         """Events strictly after `after`, oldest first."""

@@ -17,7 +17,6 @@ class Scripts:
     """The registered scripts of one Redis client (EVALSHA, reloaded on NOSCRIPT by redis-py)."""
 
     def __init__(self, redis: Redis) -> None:
-        self.create_job: AsyncScript = redis.register_script(_source("create_job"))
         self.append_events: AsyncScript = redis.register_script(_source("append_events"))
         self.renew_lease: AsyncScript = redis.register_script(_source("renew_lease"))
         self.release_lease: AsyncScript = redis.register_script(_source("release_lease"))
