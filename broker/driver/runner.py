@@ -14,18 +14,18 @@ from enum import StrEnum
 from attrs import define
 
 from broker.clock import Clock
-from broker.driver import decide, journal
+from broker.driver import decide
 from broker.driver.decide import Append, Done, Follow, Policy, StopRun, Submit, Wait
 from broker.driver.pump import Pump
-from broker.errors import JobNotFound, StreamConflict
+from broker.driver.writer import Writer
 from broker.events import JobEvent
 from broker.hermes.client import HermesClient
 from broker.hermes.models import Accepted, HermesRun, NotFound, Stopping
 from broker.logging import get_logger
 from broker.metrics import Metrics
-from broker.store.jobs import JobStore, Snapshot
+from broker.store.jobs import Snapshot
 from broker.store.leases import Leases
-from projections.job import JobView, fold
+from projections.job import JobView
 
 MAX_CONFLICTS = 50
 #: Waits longer than this give the job back to the schedule instead of holding a runner slot.
@@ -42,7 +42,7 @@ class Ending(StrEnum):
 class Deps:
     """What a runner needs; one instance per replica."""
 
-    store: JobStore
+    writer: Writer
     leases: Leases
     hermes: HermesClient
     clock: Clock
@@ -76,7 +76,7 @@ class Runner:
                 await self._pump.close()
 
     async def _drive(self) -> Ending:
-        snapshot = await self._deps.store.load(self.job_id)
+        snapshot = await self._deps.writer.store.load(self.job_id)
         if snapshot is None:
             return Ending.FINISHED
         self._announce(snapshot.view)
@@ -178,36 +178,17 @@ class Runner:
     async def _commit(
         self, snapshot: Snapshot, facts: Callable[[JobView], list[JobEvent]], *, retry: bool = True
     ) -> Snapshot:
-        """Append what `facts` derives from the job, re-deriving it after a concurrent append."""
-        for _ in range(MAX_CONFLICTS):
-            events = facts(snapshot.view)
-            if not events:
-                return snapshot
-            view = fold(events, snapshot.view)
-            assert view is not None
-            try:
-                ids = await self._deps.store.append(
-                    self.job_id, events, view, expected_last_id=snapshot.last_id, lease_token=self.token
-                )
-            except StreamConflict:
-                self._log.debug("Retried an append after a concurrent write.", extra={"job": self.job_id})
-                snapshot = await self._reload()
-                if not retry:
-                    return snapshot
-                continue
-            journal.record(self._log, self._deps.metrics, view, events)
-            return Snapshot(view, ids[-1])
-        raise StreamConflict(self.job_id, snapshot.last_id)
+        """Append what `facts` derives from the job (fenced by the lease), re-deriving it after a conflict."""
+        return await self._deps.writer.commit(
+            self.job_id, snapshot, facts, log=self._log, lease_token=self.token, retry=retry
+        )
 
     async def _append_decided(self, snapshot: Snapshot, events: list[JobEvent]) -> Snapshot:
         """Append what next_action decided; after a concurrent append, decide again instead."""
         return await self._commit(snapshot, lambda v: events if v is snapshot.view else [], retry=False)
 
     async def _reload(self) -> Snapshot:
-        snapshot = await self._deps.store.load(self.job_id)
-        if snapshot is None:
-            raise JobNotFound(self.job_id)
-        return snapshot
+        return await self._deps.writer.load(self.job_id)
 
     async def _sleep(self, ms: int | float) -> None:
         """Sleep, or less when nudged."""

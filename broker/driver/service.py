@@ -9,8 +9,9 @@ from attrs import frozen
 from redis.asyncio import Redis
 
 from broker.clock import Clock
-from broker.driver import decide, journal
-from broker.errors import Busy, Conflict, IdempotencyConflict, JobNotFound, StreamConflict, Unavailable
+from broker.driver import decide
+from broker.driver.writer import Writer
+from broker.errors import Conflict, IdempotencyConflict, Unavailable
 from broker.events import ApprovalDenied, JobCreated, JobEvent, StopRequested
 from broker.hermes.client import HermesClient
 from broker.hermes.models import Relayed
@@ -19,10 +20,8 @@ from broker.ids import job_id_for_key, new_job_id
 from broker.logging import get_logger
 from broker.metrics import Metrics
 from broker.store import signals
-from broker.store.jobs import JobStore, Snapshot
-from projections.job import JobView, apply, fold
-
-MAX_CONFLICTS = 20
+from broker.store.jobs import Snapshot
+from projections.job import JobView, apply
 
 
 @frozen
@@ -34,8 +33,8 @@ class CreateResult:
 class JobService:
     """The job use cases the HTTP handlers call; handlers never touch Redis."""
 
-    def __init__(self, store: JobStore, clock: Clock, metrics: Metrics, *, redis: Redis, hermes: HermesClient) -> None:
-        self._store = store
+    def __init__(self, writer: Writer, clock: Clock, metrics: Metrics, *, redis: Redis, hermes: HermesClient) -> None:
+        self._writer = writer
         self._clock = clock
         self._metrics = metrics
         self._redis = redis
@@ -57,9 +56,7 @@ class JobService:
             context=request.context,
             reporting=request.reporting,
         )
-        view = apply(None, event)
-        assert view is not None  # JobCreated always creates
-        outcome = await self._store.create(event, view)
+        outcome = await self._writer.create(event)
         existing = outcome.snapshot.view
         if outcome.created:
             self._metrics.jobs_created.inc()
@@ -117,25 +114,12 @@ class JobService:
         return outcome.status, payload
 
     async def _record(self, job_id: str, facts: Callable[[JobView], list[JobEvent]]) -> JobView:
-        """read -> decide -> append, again after a concurrent append; then nudge the job's owner."""
-        for _ in range(MAX_CONFLICTS):
-            snapshot = await self._load(job_id)
-            events = facts(snapshot.view)
-            if not events:
-                return snapshot.view
-            view = fold(events, snapshot.view)
-            assert view is not None
-            try:
-                await self._store.append(job_id, events, view, expected_last_id=snapshot.last_id)
-            except StreamConflict:
-                continue
-            journal.record(self._log, self._metrics, view, events)
+        """read -> decide -> append (again after a concurrent append); then nudge the job's owner."""
+        before = await self._load(job_id)
+        after = await self._writer.commit(job_id, before, facts, log=self._log)
+        if after.last_id != before.last_id:
             await signals.nudge(self._redis, job_id)
-            return view
-        raise Busy(f"Job {job_id} is changing too fast; try again.")
+        return after.view
 
     async def _load(self, job_id: str) -> Snapshot:
-        snapshot = await self._store.load(job_id)
-        if snapshot is None:
-            raise JobNotFound(job_id)
-        return snapshot
+        return await self._writer.load(job_id)

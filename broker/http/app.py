@@ -7,12 +7,14 @@ from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
+from broker.board.projector import BoardSettings
 from broker.clock import Clock, SystemClock
 from broker.config import Config
 from broker.driver.decide import Policy
 from broker.driver.runner import Deps
 from broker.driver.service import JobService
 from broker.driver.supervisor import Supervisor
+from broker.driver.writer import Writer
 from broker.hermes.client import AiohttpHermesClient, HermesClient
 from broker.http import health, routes, sse
 from broker.http.appkeys import (
@@ -25,6 +27,7 @@ from broker.http.appkeys import (
     service_key,
     store_key,
     supervisor_key,
+    writer_key,
 )
 from broker.http.errors import Handler, error_middleware
 from broker.logging import get_logger
@@ -79,8 +82,10 @@ def _redis_context(url: str | None) -> Callable[[web.Application], AsyncIterator
         config = app[config_key]
         app[redis_key] = redis
         app[store_key] = JobStore(redis, retention_ms=config.runs_retention_ms, takeover_ms=config.runs_lease_ms)
+        board = BoardSettings.from_config(config)
+        app[writer_key] = Writer(app[store_key], app[clock_key], app[metrics_key], board)
         app[service_key] = JobService(
-            app[store_key], app[clock_key], app[metrics_key], redis=redis, hermes=app[hermes_key]
+            app[writer_key], app[clock_key], app[metrics_key], redis=redis, hermes=app[hermes_key]
         )
         yield
         await redis.aclose()
@@ -92,7 +97,7 @@ def _redis_context(url: str | None) -> Callable[[web.Application], AsyncIterator
 async def _driver_context(app: web.Application) -> AsyncIterator[None]:
     config = app[config_key]
     deps = Deps(
-        store=app[store_key],
+        writer=app[writer_key],
         leases=Leases(app[redis_key], lease_ms=config.runs_lease_ms),
         hermes=app[hermes_key],
         clock=app[clock_key],

@@ -101,15 +101,18 @@ class Subscription:
     def resume(self) -> None:
         self.overflowed = False
 
-    def push(self, batch: list[Frame]) -> None:
+    def push(self, batch: list[Frame]) -> bool:
+        """Buffer `batch`; True when it overflowed the buffer (the subscriber then re-reads from its last id)."""
         if self.closed or self.overflowed or not batch:
-            return
-        if len(self._items) + len(batch) > self._limit:
-            self.overflowed = True  # the subscriber re-reads from its last id; nothing is lost
+            return False
+        overflowed = len(self._items) + len(batch) > self._limit
+        if overflowed:
+            self.overflowed = True  # nothing is lost: the subscriber reads the stream after its last id
             self._items.clear()
         else:
             self._items.extend(batch)
         self._wake.set()
+        return overflowed
 
     def close(self) -> None:
         self.closed = True
@@ -129,7 +132,8 @@ class Hub:
 
     def __init__(self, redis: Redis, *, queue_limit: int = QUEUE_LIMIT, block_ms: int = BLOCK_MS) -> None:
         self._redis = redis
-        self._queue_limit = queue_limit
+        self.queue_limit = queue_limit  #: frames buffered per new subscriber
+        self.overflows = 0  #: subscribers that fell back to XRANGE (slow clients)
         self._block_ms = block_ms
         self._follows: dict[str, _Follow] = {}
         self._changed = asyncio.Event()
@@ -149,7 +153,7 @@ class Hub:
 
     def subscribe(self, job_id: str, after: str) -> Subscription:
         """Register a subscriber that has sent everything up to `after` (see the module's handoff contract)."""
-        subscription = Subscription(job_id, self._queue_limit)
+        subscription = Subscription(job_id, self.queue_limit)
         if self.stopping.is_set():
             subscription.close()
             return subscription
@@ -198,11 +202,13 @@ class Hub:
                 await self._read_once()
                 backoff = BACKOFF_S[0]
             except (RedisError, OSError, TimeoutError) as error:
+                _reraise_cancellation()  # redis-py may turn a cancelled read into a ConnectionError
                 self._log.warning("Lost the event hub's Redis connection.", extra={"error": repr(error)})
                 await self._drop_connection()
                 await asyncio.sleep(backoff * (1 + random.random()))
                 backoff = min(backoff * 2, BACKOFF_S[1])
             except Exception:
+                _reraise_cancellation()
                 # The loop guard: a bug must not end live delivery for every client of the replica.
                 self._log.exception("Failed to read job events.")
                 await self._drop_connection()
@@ -234,7 +240,7 @@ class Hub:
                 job_id, ((entry_id, decode(fields.get(keys.EVENT_FIELD, ""))) for entry_id, fields in entries)
             )
             for subscription in follow.subscribers:
-                subscription.push(batch)
+                self.overflows += subscription.push(batch)
 
     async def _connect(self) -> AbstractConnection:
         """The reader's dedicated connection: one connection of the app's pool, held for the hub's lifetime."""
@@ -284,6 +290,12 @@ class Hub:
             with suppress(RedisError, OSError):
                 await connection.disconnect()
             await self._redis.connection_pool.release(connection)
+
+
+def _reraise_cancellation() -> None:
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 def _stream_entries(reply: object) -> list[tuple[str, list[tuple[str, dict[str, str]]]]]:

@@ -28,7 +28,6 @@ CLOSED = b": stream closed\n\n"
 _ID = re.compile(r"([0-9]{1,20})-([0-9]{1,20})")
 _MAX_PART = 2**64 - 1
 
-store_key = web.AppKey("sse_store", JobStore)
 _log = get_logger("broker.http.sse.EventStream")
 
 
@@ -86,7 +85,7 @@ class _Stream:
 
 async def stream_events(request: web.Request) -> web.StreamResponse:
     run_id = request.match_info["run_id"]
-    store, hub = request.app[store_key], request.app[hub_key]
+    store, hub = request.app[appkeys.store_key], request.app[hub_key]
     # Errors are raised before the response is prepared, so the middleware can still answer the envelope.
     snapshot = await store.load(run_id) if run_id.startswith(JOB_PREFIX) else None
     if snapshot is None:
@@ -175,9 +174,7 @@ async def _opened(request: web.Request, stream: _Stream) -> AsyncIterator[None]:
 
 async def _hub_context(app: web.Application) -> AsyncIterator[None]:
     # After the Redis context in app.cleanup_ctx: started after it, stopped before it.
-    redis = app[appkeys.redis_key]
-    app[store_key] = JobStore(redis, retention_ms=app[appkeys.config_key].runs_retention_ms)
-    hub = app[hub_key] = Hub(redis)
+    hub = app[hub_key] = Hub(app[appkeys.redis_key])
     await hub.start()
     yield
     hub.close_subscribers()

@@ -1,0 +1,86 @@
+"""The one way a job changes: fold the events into the job view and the board, append it all in one script.
+
+read -> decide -> append; after a concurrent append (another replica, a stop) re-read and decide again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+from broker.board.projector import BoardSettings, board_write
+from broker.clock import Clock
+from broker.driver import journal
+from broker.errors import Busy, JobNotFound, StreamConflict
+from broker.events import JobCreated, JobEvent
+from broker.metrics import Metrics
+from broker.store.jobs import BoardWrite, Created, JobStore, Snapshot
+from projections import board as board_projection
+from projections.job import JobView, apply, fold
+
+MAX_CONFLICTS = 50
+
+Facts = Callable[[JobView], list[JobEvent]]
+
+
+class Writer:
+    def __init__(self, store: JobStore, clock: Clock, metrics: Metrics, board: BoardSettings | None) -> None:
+        self.store = store
+        self._clock = clock
+        self._metrics = metrics
+        self._board = board
+
+    async def create(self, event: JobCreated) -> Created:
+        view = apply(None, event)
+        assert view is not None  # JobCreated always creates
+        return await self.store.create(event, view, await self._board_write(event.job_id, None, [event]))
+
+    async def commit(
+        self,
+        job_id: str,
+        snapshot: Snapshot,
+        facts: Facts,
+        *,
+        log: logging.Logger,
+        lease_token: str | None = None,
+        retry: bool = True,
+    ) -> Snapshot:
+        """Append what `facts` derives from the job; `retry=False` returns the fresh job after a conflict."""
+        for _ in range(MAX_CONFLICTS):
+            events = facts(snapshot.view)
+            if not events:
+                return snapshot
+            view = fold(events, snapshot.view)
+            assert view is not None
+            board = await self._board_write(job_id, snapshot, events)
+            try:
+                ids = await self.store.append(
+                    job_id, events, view, expected_last_id=snapshot.last_id, lease_token=lease_token, board=board
+                )
+            except StreamConflict:
+                log.debug("Retried an append after a concurrent write.", extra={"job": job_id})
+                snapshot = await self.load(job_id)
+                if not retry:
+                    return snapshot
+                continue
+            journal.record(log, self._metrics, view, events)
+            return Snapshot(view, ids[-1], board.state if board else snapshot.board)
+        raise Busy(f"Job {job_id} is changing too fast; try again.")
+
+    async def load(self, job_id: str) -> Snapshot:
+        snapshot = await self.store.load(job_id)
+        if snapshot is None:
+            raise JobNotFound(job_id)
+        return snapshot
+
+    async def _board_write(
+        self, job_id: str, snapshot: Snapshot | None, events: Sequence[JobEvent]
+    ) -> BoardWrite | None:
+        if self._board is None:
+            return None
+        before = snapshot.board if snapshot else None
+        if snapshot is not None and before is None:
+            # No stored board state (written while boards were off, or unreadable): fold the history.
+            history = await self.store.read(job_id)
+            before = board_projection.fold(event for _, event in history)
+        return board_write(before, events, self._board, self._clock.now_ms())
