@@ -30,6 +30,7 @@ from broker.http.appkeys import (
     writer_key,
 )
 from broker.http.errors import Handler, error_middleware
+from broker.http.protocol import envelope_protocol_errors
 from broker.logging import get_logger
 from broker.metrics import Metrics
 from broker.store import work
@@ -54,6 +55,7 @@ def create_app(
 
     `drive=False` serves the API without driving jobs (tests of the HTTP surface alone).
     """
+    envelope_protocol_errors()
     app = web.Application(client_max_size=MAX_BODY, middlewares=[_request_log, error_middleware])
     app[config_key] = config
     app[clock_key] = clock or SystemClock()
