@@ -27,3 +27,6 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+    def observe_hermes(self, method: str, route: str, status: int | None, seconds: float) -> None:
+        self.hermes_latency.labels(method, route, "error" if status is None else str(status)).observe(seconds)

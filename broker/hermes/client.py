@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Protocol
 from urllib.parse import quote
@@ -39,6 +39,9 @@ from broker.hermes.models import (
 from broker.hermes.outcomes import create_outcome, failure_outcome
 from broker.hermes.sse import read_stream
 from broker.logging import get_logger
+
+#: Called after every Hermes call with (method, route, status or None, seconds): metrics.
+Observer = Callable[[str, str, int | None, float], None]
 
 #: Headers of a Hermes answer that the broker's proxy relays.
 FORWARDED_HEADERS = ("Content-Type", "Retry-After")
@@ -82,12 +85,15 @@ class AiohttpHermesClient:
         api_key: str | None,
         timeout_ms: int,
         session: aiohttp.ClientSession | None = None,
+        observe: Observer | None = None,
     ) -> None:
         self._base_url = base_url.rstrip("/")
         self._api_key = api_key
         self._timeout_s = timeout_ms / 1000
         self._session = session
         self._owns_session = session is None
+        self._observe = observe
+        self.last_answered: bool | None = None  #: did Hermes answer the last call (None: no call yet)
         self._log = get_logger(type(self))
 
     async def create(
@@ -230,10 +236,22 @@ class AiohttpHermesClient:
         return headers
 
     def _logged(self, method: str, path: str, status: int | None, started: float) -> None:
-        duration_ms = round((time.monotonic() - started) * 1000)
+        elapsed = time.monotonic() - started
+        duration_ms = round(elapsed * 1000)
+        self.last_answered = status is not None and status < 500
+        if self._observe is not None:
+            self._observe(method, _route(path), status, elapsed)
         self._log.debug(
             "Called Hermes.", extra={"method": method, "path": path, "status": status, "durationMs": duration_ms}
         )
+
+
+def _route(path: str) -> str:
+    """A metric label for a path: run ids replaced, so the label set stays small."""
+    parts = path.split("/")
+    if len(parts) > 3 and parts[1:3] == ["v1", "runs"]:
+        parts[3] = "{id}"
+    return "/".join(parts)
 
 
 def _run_path(run_id: str, suffix: str = "") -> str:

@@ -61,7 +61,9 @@ def create_app(
     app[clock_key] = clock or SystemClock()
     app[metrics_key] = Metrics()
     app[draining_key] = [False]
-    app[hermes_key] = hermes or AiohttpHermesClient(config.hermes_url, config.hermes_api_key, config.hermes_timeout_ms)
+    app[hermes_key] = hermes or AiohttpHermesClient(
+        config.hermes_url, config.hermes_api_key, config.hermes_timeout_ms, observe=app[metrics_key].observe_hermes
+    )
     app.cleanup_ctx.append(_redis_context(redis_url or config.redis_url))
     if drive:
         app.cleanup_ctx.append(_driver_context)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from aiohttp import web
 from redis.exceptions import RedisError
 
-from broker.http.appkeys import clock_key, draining_key, metrics_key, redis_key
+from broker.http.appkeys import clock_key, draining_key, hermes_key, metrics_key, redis_key
 from broker.store import work
 
 READY_TIMEOUT_S = 2.0
@@ -19,7 +20,11 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def readyz(request: web.Request) -> web.Response:
     app = request.app
-    report: dict[str, object] = {"redis": False, "draining": app[draining_key][0]}
+    report: dict[str, object] = {
+        "redis": False,
+        "draining": app[draining_key][0],
+        "hermes_answered": getattr(app[hermes_key], "last_answered", None),
+    }
     try:
         async with asyncio.timeout(READY_TIMEOUT_S):
             await app[redis_key].ping()
@@ -27,7 +32,10 @@ async def readyz(request: web.Request) -> web.Response:
         report["redis"] = True
         report["queue_depth"] = stats.depth
         oldest = stats.oldest_ms
-        report["oldest_queued_age_ms"] = None if oldest is None else max(0, app[clock_key].now_ms() - oldest)
+        age_ms = None if oldest is None else max(0, app[clock_key].now_ms() - oldest)
+        report["oldest_queued_age_ms"] = age_ms
+        report["scheduled_jobs"] = stats.scheduled
+        _set_gauges(app, stats.depth, age_ms)
     except (RedisError, OSError, TimeoutError) as error:
         report["reason"] = f"redis unavailable: {type(error).__name__}"
     if report["draining"]:
@@ -37,8 +45,20 @@ async def readyz(request: web.Request) -> web.Response:
     return web.json_response(report, status=200 if ready else 503)
 
 
+def _set_gauges(app: web.Application, depth: int, age_ms: int | None) -> None:
+    metrics = app[metrics_key]
+    metrics.queue_depth.set(depth)
+    metrics.oldest_queued_age.set(0 if age_ms is None else age_ms / 1000)
+
+
 async def metrics(request: web.Request) -> web.Response:
-    registry = request.app[metrics_key]
+    app = request.app
+    with contextlib.suppress(RedisError, OSError, TimeoutError):
+        async with asyncio.timeout(READY_TIMEOUT_S):
+            stats = await work.queue_stats(app[redis_key])
+        oldest = stats.oldest_ms
+        _set_gauges(app, stats.depth, None if oldest is None else max(0, app[clock_key].now_ms() - oldest))
+    registry = app[metrics_key]
     return web.Response(body=registry.render(), content_type="text/plain", charset="utf-8")
 
 

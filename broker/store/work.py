@@ -15,6 +15,7 @@ from broker.store import keys
 class QueueStats:
     depth: int  #: entries not yet delivered to a driver, plus delivered but not acknowledged
     oldest_ms: int | None  #: stream-id time of the oldest of them
+    scheduled: int = 0  #: jobs in the due schedule: every job not finished, driven or waiting
 
 
 async def ensure_group(redis: Redis) -> None:
@@ -29,13 +30,14 @@ async def ensure_group(redis: Redis) -> None:
 async def queue_stats(redis: Redis) -> QueueStats:
     groups = cast(list[dict[str, object]], await redis.xinfo_groups(keys.WORK))
     group = next((g for g in groups if _text(g.get("name")) == keys.WORK_GROUP), None)
+    scheduled = int(await redis.zcard(keys.DUE))
     if group is None:
-        return QueueStats(depth=0, oldest_ms=None)
+        return QueueStats(depth=0, oldest_ms=None, scheduled=scheduled)
     last_delivered = _text(group.get("last-delivered-id")) or "0-0"
     pending = int(cast(int, group.get("pending") or 0))
     oldest = await _oldest(redis, last_delivered, pending)
     undelivered = await redis.xrange(keys.WORK, min=f"({last_delivered}", max="+", count=1000)
-    return QueueStats(depth=pending + len(cast(list[object], undelivered)), oldest_ms=oldest)
+    return QueueStats(depth=pending + len(cast(list[object], undelivered)), oldest_ms=oldest, scheduled=scheduled)
 
 
 async def _oldest(redis: Redis, last_delivered: str, pending: int) -> int | None:

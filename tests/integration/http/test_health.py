@@ -1,0 +1,43 @@
+"""Operations routes (SPEC S3.8): liveness, readiness with its report, Prometheus metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp.test_utils import TestClient
+
+from broker.http.appkeys import draining_key
+
+
+async def test_healthz_answers_while_the_process_serves(client: TestClient[Any, Any]) -> None:
+    answer = await client.get("/healthz")
+    assert answer.status == 200 and (await answer.json())["status"] == "ok"
+
+
+async def test_readyz_reports_redis_the_queue_and_hermes(client: TestClient[Any, Any]) -> None:
+    await client.post("/v1/runs", json={"input": "waiting"})
+    answer = await client.get("/readyz")
+    report = await answer.json()
+    assert answer.status == 200
+    assert report["redis"] is True and report["draining"] is False and report["status"] == "ready"
+    assert report["queue_depth"] == 1 and report["scheduled_jobs"] == 1
+    assert isinstance(report["oldest_queued_age_ms"], int) and report["oldest_queued_age_ms"] >= 0
+    assert "hermes_answered" in report
+
+
+async def test_readyz_is_503_while_draining(client: TestClient[Any, Any]) -> None:
+    client.app[draining_key][0] = True  # type: ignore[index]
+    answer = await client.get("/readyz")
+    report = await answer.json()
+    assert answer.status == 503 and report["reason"] == "draining" and report["status"] == "not_ready"
+
+
+async def test_metrics_count_created_and_replayed_jobs(client: TestClient[Any, Any]) -> None:
+    for _ in range(2):
+        await client.post("/v1/runs", json={"input": "x"}, headers={"Idempotency-Key": "m-1"})
+    answer = await client.get("/metrics")
+    text = await answer.text()
+    assert answer.status == 200 and answer.content_type == "text/plain"
+    assert "hbr_jobs_created_total 1.0" in text
+    assert "hbr_jobs_replayed_total 1.0" in text
+    assert "hbr_queue_depth 1.0" in text
