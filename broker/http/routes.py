@@ -31,15 +31,22 @@ async def get_run(request: web.Request) -> web.StreamResponse:
     return web.json_response(job_object(view))
 
 
-async def stop_run(request: web.Request) -> web.Response:
-    view = await request.app[keys.service_key].stop(request.match_info["run_id"])
+async def stop_run(request: web.Request) -> web.StreamResponse:
+    run_id = request.match_info["run_id"]
+    try:
+        view = await request.app[keys.service_key].stop(run_id)
+    except JobNotFound:
+        return await proxy_or_not_found(request, run_id, "/stop")
     return web.json_response({"run_id": view.job_id, "status": view.status.value})
 
 
-async def approve_run(request: web.Request) -> web.Response:
+async def approve_run(request: web.Request) -> web.StreamResponse:
     run_id = request.match_info["run_id"]
     service = request.app[keys.service_key]
-    await service.get(run_id)  # an unknown job is a 404 before its body is judged, as in Hermes
+    try:
+        await service.get(run_id)  # an unknown job is a 404 (or Hermes's run) before its body is judged
+    except JobNotFound:
+        return await proxy_or_not_found(request, run_id, "/approval")
     allow_always = request.app[keys.config_key].runs_approval_allow_always
     choice = ApprovalChoice.from_request(await request.read(), allow_always=allow_always)
     status, payload = await service.approve(run_id, choice)

@@ -163,3 +163,36 @@ async def _data(reader: SseReader) -> dict[str, Any]:
                 assert isinstance(value, dict)
                 return value
     raise AssertionError("the stream ended without a data frame")
+
+
+async def test_stop_and_approval_of_a_hermes_run_are_relayed(proxying: Client, hermes: TestServer) -> None:
+    # Given a run created on Hermes directly that waits for an approval
+    run_id = await hermes_run(hermes, "please approval sleep:2")
+
+    async def waiting() -> bool:
+        answer = await proxying.get(f"/v1/runs/{run_id}")
+        return bool((await answer.json())["status"] == "waiting_for_approval")
+
+    deadline = asyncio.get_running_loop().time() + 10
+    while not await waiting():
+        assert asyncio.get_running_loop().time() < deadline, "the run never asked for approval"
+        await asyncio.sleep(0.02)
+    # When its approval and its stop go through the broker, then Hermes's own answers come back
+    approved = await proxying.post(f"/v1/runs/{run_id}/approval", json={"choice": "once"})
+    assert approved.status == 200
+    assert (await approved.json()) == {
+        "object": "hermes.run.approval_response",
+        "run_id": run_id,
+        "choice": "once",
+        "resolved": 1,
+    }
+    stopped = await proxying.post(f"/v1/runs/{run_id}/stop")
+    assert stopped.status == 200 and (await stopped.json()) == {"run_id": run_id, "status": "stopping"}
+
+
+async def test_disabled_proxy_answers_404_for_stop_and_approval(make_client: ClientFactory) -> None:
+    client = await make_client()
+    for suffix, body in (("/stop", None), ("/approval", {"choice": "once"})):
+        answer = await client.post(f"/v1/runs/run_abc{suffix}", json=body)
+        assert answer.status == 404
+        assert (await answer.json())["error"]["code"] == "run_not_found"
