@@ -6,6 +6,7 @@ import logging
 from collections.abc import Sequence
 
 from broker.events import (
+    DeltasDropped,
     HermesEventRecorded,
     JobEvent,
     JobFinished,
@@ -51,6 +52,10 @@ def record(log: logging.Logger, metrics: Metrics, view: JobView, events: Sequenc
                     "durationMs": event.at_ms - view.created_at_ms,
                 }
                 (log.warning if status.value == "failed" else log.info)("Finished a job.", extra=fields)
+            case DeltasDropped(count=count):
+                if view.dropped_deltas == count:  # the first drop of this job: one warn line
+                    fields = {"job": job, "dropped": count, "attempt": event.attempt}
+                    log.warning("Stopped storing message deltas: the job reached RUNS_EVENTS_MAXLEN.", extra=fields)
             case HermesEventRecorded():
                 pass  # relayed activity: the debug line above is enough
             case _:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestClient
 from redis.asyncio import Redis
 
+from broker.events import HermesEventRecorded
 from broker.simulator.state import Simulator
 from broker.store.jobs import JobStore
 from tests.integration.conftest import ClientFactory
@@ -223,3 +225,19 @@ async def _accepted(client: TestClient[Any, Any], job_id: str, attempt: int) -> 
 
 async def _any_create(sim: Simulator) -> bool:
     return bool(creates(sim))
+
+
+async def test_deltas_past_the_cap_are_counted_not_stored(make_replica: ClientFactory, redis: Redis,
+                                                           caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    replica = await make_replica(runs_events_maxlen=3)
+    created = await create(replica, {"input": "hello tools:2"})
+    done = await settled(replica, created["run_id"])
+    # Then lifecycle and activity events are all stored, deltas only up to the cap, and the rest counted
+    assert done["status"] == "completed" and done["dropped_deltas"] > 0
+    names = await event_names(redis, created["run_id"])
+    assert names[-1] == "JobFinished" and "DeltasDropped" in names
+    history = await JobStore(redis, retention_ms=60_000).read(created["run_id"])
+    tools = [e for _, e in history if isinstance(e, HermesEventRecorded) and e.name.startswith("tool.")]
+    assert len(tools) == 4
+    warned = [r for r in caplog.records if r.message.startswith("Stopped storing message deltas")]
+    assert len(warned) == 1
