@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import cast
 
 from attrs import frozen
@@ -157,6 +157,26 @@ class JobStore:
         """Events strictly after `after`, oldest first."""
         entries = await self._redis.xrange(keys.events(job_id), min=f"({after}", max="+", count=count)
         return [(entry_id, decode(fields[keys.EVENT_FIELD])) for entry_id, fields in _entries(entries)]
+
+    async def job_ids(self) -> AsyncIterator[str]:
+        """Every stored job (SCAN over event streams): for tools such as the projection rebuild."""
+        async for key in self._redis.scan_iter(match=keys.events("*"), count=500):
+            job_id = keys.job_id_of(key)
+            if job_id:
+                yield job_id
+
+    async def stored_board_report(self, job_id: str) -> str | None:
+        return cast(str | None, await self._redis.hget(keys.board(job_id), "latest"))
+
+    async def replace_views(
+        self, job_id: str, last_id: str, view: JobView, board: BoardState | None, report: bytes | None, at_ms: int
+    ) -> bool:
+        """Store a rebuilt fold unless the job moved on since `last_id`."""
+        replaced = await self._scripts.replace_view(
+            keys=[keys.view(job_id), keys.board(job_id)],
+            args=[last_id, encode_view(view), encode_board(board) if board else "", report or "", at_ms],
+        )
+        return cast(int, replaced) == 1
 
     async def _refold(self, job_id: str) -> Snapshot:
         history = await self.read(job_id)

@@ -21,6 +21,7 @@ class Scripts:
         self.renew_lease: AsyncScript = redis.register_script(_source("renew_lease"))
         self.release_lease: AsyncScript = redis.register_script(_source("release_lease"))
         self.promote_due: AsyncScript = redis.register_script(_source("promote_due"))
+        self.replace_view: AsyncScript = redis.register_script(_source("replace_view"))
 
 
 def as_strings(reply: object) -> list[str]:
