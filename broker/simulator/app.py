@@ -123,6 +123,7 @@ async def _create(request: web.Request) -> web.Response:
     if key is not None:
         sim.idempotency[key] = (fingerprint, run.run_id)
     run.task = asyncio.create_task(play(run, Script.from_text(parsed.text), settings))
+    request[request_key]["run_id"] = run.run_id  # the request log tells which creates started a run
     answer: JsonObject = {"run_id": run.run_id, "status": "started"}
     if settings.upstream_main:
         answer["replayed"] = False
