@@ -37,11 +37,12 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def call(url: str, method: str = "GET", body: Any = None, timeout: float = 5.0, **headers: str) -> tuple[int, Any]:
+def call(
+    url: str, method: str = "GET", body: Any = None, timeout: float = 5.0, headers: dict[str, str] | None = None
+) -> tuple[int, Any]:
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(
-        url, data=data, method=method, headers={"Content-Type": "application/json", **headers}
-    )
+    headers = {"Content-Type": "application/json", **(headers or {})}
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as answer:
             return answer.status, json.loads(answer.read() or b"null")
