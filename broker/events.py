@@ -164,6 +164,9 @@ class JobFinished:
     usage: str | None = None  #: JSON text of Hermes's usage object
     error_code: str | None = None
     error_message: str | None = None
+    #: The last known real activity when the finish was learnt afterwards (board repair, SPEC S5.6);
+    #: None: the finish itself is the activity, at `at_ms`.
+    source_at_ms: int | None = None
 
 
 @frozen

@@ -160,7 +160,9 @@ def _finished(state: BoardState, event: JobFinished) -> BoardState:
             entry, error = EntryState.STOPPED, None
         case _:
             return state  # a non-terminal "finish" is malformed: it cannot settle the entry
-    return _version(state, event.at_ms, event.at_ms, entry=entry, error=error)
+    # a finish learnt later (repair) keeps the known source time; it is never the time of learning
+    source = event.at_ms if event.source_at_ms is None else event.source_at_ms
+    return _version(state, event.at_ms, source, entry=entry, error=error)
 
 
 def _denied(state: BoardState, event: JobFinished) -> bool:

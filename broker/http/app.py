@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable
 from aiohttp import web
 
 from broker.board.projector import BoardSettings
+from broker.board.service import BoardService
 from broker.clock import Clock, SystemClock
 from broker.config import Config
 from broker.driver.decide import Policy
@@ -18,6 +19,7 @@ from broker.driver.writer import Writer
 from broker.hermes.client import AiohttpHermesClient, HermesClient
 from broker.http import health, routes, sse
 from broker.http.appkeys import (
+    board_key,
     clock_key,
     config_key,
     draining_key,
@@ -67,6 +69,8 @@ def create_app(
     app.cleanup_ctx.append(_redis_context(redis_url or config.redis_url))
     if drive:
         app.cleanup_ctx.append(_driver_context)
+    if config.board_enabled:
+        app.cleanup_ctx.append(_board_context)
     app.on_cleanup.append(_close_hermes)
     routes.register(app)
     sse.register(app)
@@ -116,11 +120,24 @@ async def _driver_context(app: web.Application) -> AsyncIterator[None]:
     await drain(app)
 
 
+async def _board_context(app: web.Application) -> AsyncIterator[None]:
+    """Board delivery (SPEC S5): detached from the driver, stopped first on the way out."""
+    board = BoardService(
+        app[config_key], app[redis_key], app[writer_key], app[hermes_key], app[clock_key], app[metrics_key]
+    )
+    app[board_key] = board
+    await board.start()
+    yield
+    await board.stop()
+
+
 async def drain(app: web.Application) -> None:
     """SIGTERM: report not ready, stop taking work and hand driven jobs back (once)."""
     if app[draining_key][0]:
         return
     app[draining_key][0] = True
+    if board_key in app:
+        await app[board_key].stop()  # in-flight deliveries are handed to the other replicas' senders
     if supervisor_key in app:
         await app[supervisor_key].drain()
 

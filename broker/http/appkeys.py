@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 from redis.asyncio import Redis
 
+from broker.board.service import BoardService
 from broker.clock import Clock
 from broker.config import Config
 from broker.driver.service import JobService
@@ -14,6 +15,7 @@ from broker.hermes.client import HermesClient
 from broker.metrics import Metrics
 from broker.store.jobs import JobStore
 
+board_key = web.AppKey("board", BoardService)
 config_key = web.AppKey("config", Config)
 clock_key = web.AppKey("clock", Clock)
 metrics_key = web.AppKey("metrics", Metrics)

@@ -11,6 +11,8 @@ hbr:board:outbox  stream  due board deliveries; group `senders`               ac
 hbr:board:due     zset    key -> when a coalesced refresh is due              none; projector
 hbr:board:index   zset    key -> sourceActivityAt + HERMES_TTL                none; projector
 hbr:lock:<name>   string  token-owned locks                                   lock TTL; sender, reconciler
+  hbr:lock:board:<J>       one board key's deliveries                       longest delivery; sender
+  hbr:lock:board:reconcile one reconciliation pass per interval             BOARD_RECONCILE_INTERVAL; reconciler
 hbr:signals       pubsub  job ids whose owner should re-read their stream     -; http (stop, approval)
 
 `{J}` is the job id as a Redis Cluster hash tag: every per-job key lives in one slot, so every
@@ -50,6 +52,14 @@ def board(job_id: str) -> str:
 
 def lock(name: str) -> str:
     return f"{PREFIX}:lock:{name}"
+
+
+def board_lock(job_id: str) -> str:
+    """The token-owned lock under which one replica delivers a board key's versions (SPEC S5.3)."""
+    return lock(f"board:{job_id}")
+
+
+BOARD_RECONCILE_LOCK = lock("board:reconcile")
 
 
 def job_id_of(key: str) -> str | None:

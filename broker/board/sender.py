@@ -1,0 +1,195 @@
+"""Board delivery (SPEC S5.3): reads the outbox through the `senders` group and POSTs each key's latest version.
+
+Detached from the driver: a job transition only persists its version (and rings the outbox); delivery happens
+here, at least once, under a token-owned per-key lock. A 2xx acknowledges exactly the version sent. After
+releasing the lock the sender looks at the key again and drains a newer due version at once, including one
+another replica persisted while the lock was held. A version that exhausted its attempts stays pending until
+reconciliation; there is no retry loop here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+import aiohttp
+import orjson
+from attrs import frozen
+from redis.exceptions import RedisError
+
+from broker.board.due import Deliver, DeliverySettings, Later, Replay, next_step
+from broker.clock import Clock
+from broker.logging import get_logger
+from broker.metrics import Metrics
+from broker.store import keys
+from broker.store.board import BoardEntry, BoardStore, OutboxEntry, new_token
+
+READ_BLOCK_MS = 1_000
+MAX_DRAINS = 32  #: keys one replica delivers at once
+CLAIM_EVERY_S = 10.0  #: how often entries of dead consumers are looked for
+_HEADERS = {"Content-Type": "application/json"}
+
+
+@frozen
+class _Handled:
+    """The pending version the lock holder saw (None: none); it was delivered, exhausted or scheduled."""
+
+    pending_at: int | None
+
+
+class Sender:
+    """One replica's board sender; `run()` is its outbox loop, `drain()` delivers one key."""
+
+    def __init__(
+        self,
+        store: BoardStore,
+        session: aiohttp.ClientSession,
+        settings: DeliverySettings,
+        clock: Clock,
+        metrics: Metrics,
+        *,
+        consumer: str,
+    ) -> None:
+        self._store = store
+        self._session = session
+        self._settings = settings
+        self._clock = clock
+        self._metrics = metrics
+        self._consumer = consumer
+        self._slots = asyncio.Semaphore(MAX_DRAINS)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._log = get_logger(type(self))
+
+    async def run(self) -> None:
+        """Read the outbox forever; each batch of entries is drained in tasks, acknowledged when handled."""
+        await self._store.ensure_group()
+        next_claim = 0.0
+        try:
+            while True:
+                entries: list[OutboxEntry] = []
+                if time.monotonic() >= next_claim:
+                    next_claim = time.monotonic() + CLAIM_EVERY_S
+                    idle = self._settings.lock_ms + READ_BLOCK_MS
+                    entries = await self._store.claim_stale(self._consumer, idle, count=MAX_DRAINS)
+                if not entries:
+                    await self._slots.acquire()  # wait for a free slot before taking more work
+                    self._slots.release()
+                    entries = await self._store.read_outbox(self._consumer, MAX_DRAINS, READ_BLOCK_MS)
+                for job_id, ids in _by_job(entries).items():
+                    await self._slots.acquire()
+                    task = asyncio.create_task(self._handle(job_id, ids), name=f"board-{job_id}")
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+        finally:
+            for task in list(self._tasks):
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _handle(self, job_id: str, entry_ids: list[str]) -> None:
+        try:
+            if job_id:
+                await self.drain(job_id)
+            await self._store.done(entry_ids)
+        except asyncio.CancelledError:
+            if job_id:
+                with contextlib.suppress(RedisError, OSError):  # else a claim after the idle time retries it
+                    await self._store.handover(job_id, entry_ids)
+            raise
+        except (RedisError, OSError) as error:  # the entry stays pending; a later claim retries it
+            extra = {"job": job_id, "error": repr(error)}
+            self._log.warning("Lost Redis while delivering a board report.", extra=extra)
+        except Exception as error:  # the sender's loop guard: one key never stops the others
+            self._log.error("A board delivery failed.", exc_info=True, extra={"job": job_id, "error": repr(error)})
+        finally:
+            self._slots.release()
+
+    async def drain(self, job_id: str, *, replay: bool = False) -> None:
+        """Deliver the key's due pending version (or, with `replay`, its acknowledged latest) until none is left."""
+        while True:
+            handled = await self._locked(job_id, replay=replay)
+            if handled is None:
+                return  # another replica holds the key: it drains after releasing
+            replay = False
+            entry = await self._store.load(job_id)
+            if entry is None or entry.pending_at is None or entry.pending_at == handled.pending_at:
+                return
+
+    async def _locked(self, job_id: str, *, replay: bool) -> _Handled | None:
+        lock, token = keys.board_lock(job_id), new_token()
+        if not await self._store.acquire(lock, token, self._settings.lock_ms):
+            # If the holder dies, look again once its lock has expired (the holder drains otherwise).
+            ttl = await self._store.lock_ttl_ms(lock)
+            await self._store.schedule(job_id, self._clock.now_ms() + ttl)
+            self._log.debug("Found a board key locked by another sender.", extra={"job": job_id})
+            return None
+        self._log.debug("Acquired a board lock.", extra={"job": job_id})
+        try:
+            entry = await self._store.load(job_id)
+            if entry is None:
+                return _Handled(None)
+            step = next_step(entry, self._clock.now_ms(), self._settings.refresh_ms, replay=replay)
+            match step:
+                case Deliver() | Replay():
+                    await self._post(entry, lock, token, replay=isinstance(step, Replay))
+                case Later(due_at_ms=due):
+                    await self._store.schedule(job_id, due)
+                case None:
+                    pass
+            return _Handled(entry.pending_at)
+        finally:
+            with contextlib.suppress(RedisError, OSError):  # else the lock expires on its own
+                await self._store.release(lock, token)
+                self._log.debug("Released a board lock.", extra={"job": job_id})
+
+    async def _post(self, entry: BoardEntry, lock: str, token: str, *, replay: bool) -> None:
+        """Up to BOARD_RETRIES attempts of exactly `entry.latest`; a 2xx acknowledges that version."""
+        started = time.monotonic()
+        fields: dict[str, object] = {"key": _report_field(entry, "key"), "at": entry.latest_at}
+        error = ""
+        for attempt in range(1, self._settings.retries + 1):
+            if attempt > 1:
+                await asyncio.sleep(self._settings.backoff(attempt - 1) / 1000)
+                if not await self._store.holds(lock, token):
+                    return  # the lock expired: another sender owns the key now and delivers it
+            error = await self._send(entry.latest)
+            if not error:
+                await self._store.ack(entry.job_id, entry.latest_at, self._clock.now_ms())
+                self._metrics.board_deliveries.labels(outcome="replayed" if replay else "delivered").inc()
+                done = {**fields, "state": _report_field(entry, "state"), "attempts": attempt}
+                done["durationMs"] = round((time.monotonic() - started) * 1000, 1)
+                message = "Replayed a board report." if replay else "Delivered a board report."
+                self._log.info(message, extra=done)
+                return
+            if attempt < self._settings.retries:
+                self._metrics.board_deliveries.labels(outcome="retried").inc()
+                self._log.warning("Retried a board delivery.", extra={**fields, "attempt": attempt, "error": error})
+        self._metrics.board_deliveries.labels(outcome="exhausted").inc()
+        extra = {**fields, "attempts": self._settings.retries, "error": error}
+        self._log.warning("Gave up a board delivery until reconciliation.", extra=extra)
+
+    async def _send(self, body: bytes) -> str:
+        """POST one report; '' on a 2xx, else what went wrong."""
+        timeout = aiohttp.ClientTimeout(total=self._settings.timeout_ms / 1000)
+        try:
+            async with self._session.post(self._settings.url, data=body, headers=_HEADERS, timeout=timeout) as answer:
+                await answer.read()
+                return "" if 200 <= answer.status < 300 else f"HTTP {answer.status}"
+        except (aiohttp.ClientError, TimeoutError) as error:
+            return repr(error)
+
+
+def _by_job(entries: list[OutboxEntry]) -> dict[str, list[str]]:
+    """Outbox entries grouped by job: one drain delivers whatever the key holds by then."""
+    grouped: dict[str, list[str]] = {}
+    for entry in entries:
+        grouped.setdefault(entry.job_id, []).append(entry.entry_id)
+    return grouped
+
+
+def _report_field(entry: BoardEntry, name: str) -> object:
+    try:
+        report = orjson.loads(entry.latest)
+    except orjson.JSONDecodeError:
+        return None
+    return report.get(name) if isinstance(report, dict) else None

@@ -1,0 +1,93 @@
+"""The board machinery of one replica (SPEC S5): sender, refresh promoter and reconciler, started and stopped together.
+
+Everything here runs beside the driver and never blocks a job transition; one aiohttp session carries every
+delivery. Each loop survives Redis outages (log, back off, go on).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import socket
+from collections.abc import Awaitable, Callable
+
+import aiohttp
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from broker.board.due import DeliverySettings
+from broker.board.reconcile import Reconciler
+from broker.board.repair import Repairer
+from broker.board.sender import Sender
+from broker.clock import Clock
+from broker.config import Config
+from broker.driver.decide import Policy
+from broker.driver.writer import Writer
+from broker.hermes.client import HermesClient
+from broker.logging import get_logger
+from broker.metrics import Metrics
+from broker.store.board import BoardStore
+
+MAX_REDIS_BACKOFF_S = 5.0
+PROMOTE_LIMIT = 100
+
+
+class BoardService:
+    def __init__(
+        self, config: Config, redis: Redis, writer: Writer, hermes: HermesClient, clock: Clock, metrics: Metrics
+    ) -> None:
+        self.replica = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+        self.store = BoardStore(redis)
+        self._settings = DeliverySettings.from_config(config)
+        self._reconcile_ms = config.board_reconcile_interval_ms
+        self._writer = writer
+        self._hermes = hermes
+        self._clock = clock
+        self._metrics = metrics
+        self._policy = Policy.from_config(config)
+        self._session: aiohttp.ClientSession | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._log = get_logger(type(self))
+
+    async def start(self) -> None:
+        """Create the senders' group, then run the sender, the promoter and the reconciler in the background."""
+        await self.store.ensure_group()
+        self._session = aiohttp.ClientSession()
+        sender = Sender(self.store, self._session, self._settings, self._clock, self._metrics, consumer=self.replica)
+        repairer = Repairer(self._writer, self.store, self._hermes, self._clock, self._policy)
+        reconciler = Reconciler(self.store, sender, repairer, self._clock, interval_ms=self._reconcile_ms)
+        loops = {"board-sender": sender.run, "board-promoter": self._promote, "board-reconciler": reconciler.run}
+        for name, loop in loops.items():
+            self._tasks.append(asyncio.create_task(self._guarded(loop), name=name))
+        self._log.info("Started board delivery.", extra={"replica": self.replica})
+
+    async def stop(self) -> None:
+        """Cancel the loops (in-flight deliveries release their locks) and close the session; idempotent."""
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._session is not None:
+            session, self._session = self._session, None
+            await session.close()
+            self._log.info("Stopped board delivery.", extra={"replica": self.replica})
+
+    async def _promote(self) -> None:
+        """Move coalesced refreshes that are due onto the outbox (every replica; the script promotes each once)."""
+        interval = max(0.05, min(1.0, self._settings.refresh_ms / 4000))
+        while True:
+            promoted = await self.store.promote_due(self._clock.now_ms(), PROMOTE_LIMIT)
+            if len(promoted) < PROMOTE_LIMIT:
+                await asyncio.sleep(interval)
+
+    async def _guarded(self, loop: Callable[[], Awaitable[None]]) -> None:
+        delay = 0.1
+        while True:
+            try:
+                await loop()
+                return
+            except (RedisError, OSError) as error:
+                self._log.warning("Lost Redis in a board loop.", extra={"error": repr(error), "retryS": delay})
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, MAX_REDIS_BACKOFF_S)
