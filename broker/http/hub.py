@@ -14,20 +14,18 @@ import asyncio
 import enum
 import random
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from contextlib import suppress
-from typing import NamedTuple, cast
+from typing import NamedTuple
 
 import orjson
 from aiohttp import web
 from redis.asyncio import Redis
-from redis.asyncio.connection import AbstractConnection
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import RedisError
 
-from broker.codec import decode
 from broker.events import JobEvent
 from broker.logging import get_logger
-from broker.store import keys
+from broker.store.live import LiveReader, UnblockRefused
 from projections.feed import shown
 
 READ_COUNT = 500  #: entries per stream per XREAD
@@ -141,11 +139,15 @@ class Hub:
         self._reading: int | None = None  #: the version the in-flight XREAD was issued for
         self._unblocker: asyncio.Task[None] | None = None
         self._can_unblock = True
-        self._connection: AbstractConnection | None = None
-        self.client_id: int | None = None  #: CLIENT ID of the reader's connection (tests kill it)
+        self._reader = LiveReader(redis)
         self.stopping = asyncio.Event()  #: set on shutdown: every stream ends
         self._task: asyncio.Task[None] | None = None
         self._log = get_logger(type(self))
+
+    @property
+    def client_id(self) -> int | None:
+        """CLIENT ID of the reader's connection (tests kill it)."""
+        return self._reader.client_id
 
     @property
     def subscribers(self) -> int:
@@ -189,7 +191,7 @@ class Hub:
                 task.cancel()
                 with suppress(asyncio.CancelledError):
                     await task
-        await self._release()
+        await self._reader.close()
 
     async def _run(self) -> None:
         backoff = BACKOFF_S[0]
@@ -204,72 +206,51 @@ class Hub:
             except (RedisError, OSError, TimeoutError) as error:
                 _reraise_cancellation()  # redis-py may turn a cancelled read into a ConnectionError
                 self._log.warning("Lost the event hub's Redis connection.", extra={"error": repr(error)})
-                await self._drop_connection()
+                await self._reader.drop()
                 await asyncio.sleep(backoff * (1 + random.random()))
                 backoff = min(backoff * 2, BACKOFF_S[1])
             except Exception:
                 _reraise_cancellation()
                 # The loop guard: a bug must not end live delivery for every client of the replica.
                 self._log.exception("Failed to read job events.")
-                await self._drop_connection()
+                await self._reader.drop()
                 await asyncio.sleep(BACKOFF_S[1])
 
     async def _read_once(self) -> None:
-        connection = await self._connect()
         follows = list(self._follows.items())
         self._changed.clear()
         block_ms = self._block_ms if self._can_unblock else min(self._block_ms, FALLBACK_BLOCK_MS)
-        streams = [keys.events(job_id) for job_id, _ in follows]
-        cursors = [follow.cursor for _, follow in follows]
         self._reading = self._version
         try:
-            await connection.send_command(
-                "XREAD", "COUNT", READ_COUNT, "BLOCK", block_ms, "STREAMS", *streams, *cursors
+            read = await self._reader.read(
+                [(job_id, follow.cursor) for job_id, follow in follows], count=READ_COUNT, block_ms=block_ms
             )
-            reply = await connection.read_response(timeout=block_ms / 1000 + 10)
         finally:
             self._reading = None
         by_key = dict(follows)
-        for key, entries in _stream_entries(reply):
-            job_id = keys.job_id_of(key) or ""
+        for job_id, entries in read:
             follow = self._follows.get(job_id)
             if follow is None or follow is not by_key.get(job_id) or not entries:
                 continue  # unfollowed (or re-followed from another cursor) meanwhile: the next read is exact
             follow.cursor = entries[-1][0]
-            batch = frames(
-                job_id, ((entry_id, decode(fields.get(keys.EVENT_FIELD, ""))) for entry_id, fields in entries)
-            )
+            batch = frames(job_id, entries)
             for subscription in follow.subscribers:
                 self.overflows += subscription.push(batch)
-
-    async def _connect(self) -> AbstractConnection:
-        """The reader's dedicated connection: one connection of the app's pool, held for the hub's lifetime."""
-        if self._connection is None:
-            # redis-py leaves these two untyped
-            get_connection = cast(
-                Callable[[], Awaitable[AbstractConnection]], self._redis.connection_pool.get_connection
-            )
-            self._connection = await get_connection()
-        if not self._connection.is_connected or self.client_id is None:
-            await cast(Callable[[], Awaitable[None]], self._connection.connect)()
-            await self._connection.send_command("CLIENT", "ID")
-            self.client_id = int(cast(int, await self._connection.read_response()))
-        return self._connection
 
     def _wake_reader(self) -> None:
         if self._can_unblock and self._reading is not None and (self._unblocker is None or self._unblocker.done()):
             self._unblocker = asyncio.create_task(self._unblock(), name="event-hub-unblock")
 
     async def _unblock(self) -> None:
-        """Interrupt a blocked XREAD whose stream set is stale (from the pooled client, by CLIENT UNBLOCK)."""
+        """Interrupt a blocked XREAD whose stream set is stale."""
         for _ in range(50):
-            reading, client_id = self._reading, self.client_id
-            if reading is None or reading >= self._version or client_id is None:
+            reading = self._reading
+            if reading is None or reading >= self._version:
                 return  # the next XREAD already includes the new streams
             try:
-                if await self._redis.client_unblock(client_id):
+                if await self._reader.unblock():
                     return
-            except ResponseError as error:  # e.g. NOPERM under an ACL: fall back to short blocks
+            except UnblockRefused as error:  # fall back to short blocks
                 self._can_unblock = False
                 self._log.warning("Cannot unblock the event hub's reader.", extra={"error": str(error)})
                 return
@@ -277,40 +258,11 @@ class Hub:
                 return  # the reader reconnects and rereads the set anyway
             await asyncio.sleep(0.005)  # sent before the XREAD reached Redis: try again
 
-    async def _drop_connection(self) -> None:
-        self.client_id = None
-        if self._connection is not None:
-            with suppress(RedisError, OSError):
-                await self._connection.disconnect()
-
-    async def _release(self) -> None:
-        connection, self._connection = self._connection, None
-        self.client_id = None
-        if connection is not None:
-            with suppress(RedisError, OSError):
-                await connection.disconnect()
-            await self._redis.connection_pool.release(connection)
-
 
 def _reraise_cancellation() -> None:
     task = asyncio.current_task()
     if task is not None and task.cancelling():
         raise asyncio.CancelledError
-
-
-def _stream_entries(reply: object) -> list[tuple[str, list[tuple[str, dict[str, str]]]]]:
-    """Narrow a raw XREAD reply (RESP2 list or RESP3 map; None on timeout or unblock)."""
-    if reply is None:
-        return []
-    streams = list(reply.items()) if isinstance(reply, dict) else cast(list[list[object]], reply)
-    result: list[tuple[str, list[tuple[str, dict[str, str]]]]] = []
-    for key, raw_entries in streams:
-        entries = []
-        for entry_id, raw_fields in cast(list[tuple[str, list[str] | None]], raw_entries):
-            flat = raw_fields or []
-            entries.append((str(entry_id), dict(zip(flat[::2], flat[1::2], strict=True))))
-        result.append((str(key), entries))
-    return result
 
 
 hub_key = web.AppKey("hub", Hub)

@@ -1,0 +1,101 @@
+"""The live reader: one dedicated connection running `XREAD BLOCK` over many job streams at once.
+
+The event hub holds one per replica, so SSE never needs a connection per client (STYLE A.8 #1). A blocked
+read is woken by `CLIENT UNBLOCK` from the pooled client when the set of streams changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import suppress
+from typing import cast
+
+from redis.asyncio import Redis
+from redis.asyncio.connection import AbstractConnection
+from redis.exceptions import RedisError, ResponseError
+
+from broker.codec import decode
+from broker.events import JobEvent
+from broker.store import keys
+
+Entries = list[tuple[str, JobEvent]]
+
+
+class UnblockRefused(Exception):
+    """Raised when Redis refuses CLIENT UNBLOCK (e.g. NOPERM under an ACL): readers must block briefly."""
+
+
+class LiveReader:
+    def __init__(self, redis: Redis) -> None:
+        self._redis = redis
+        self._connection: AbstractConnection | None = None
+        self.client_id: int | None = None  #: CLIENT ID of the reader's connection (None while disconnected)
+
+    async def read(self, cursors: Sequence[tuple[str, str]], *, count: int, block_ms: int) -> list[tuple[str, Entries]]:
+        """Entries after each `(job id, cursor)`, waiting up to `block_ms` for the first; [] on timeout or unblock."""
+        connection = await self._connect()
+        streams = [keys.events(job_id) for job_id, _ in cursors]
+        await connection.send_command(
+            "XREAD", "COUNT", count, "BLOCK", block_ms, "STREAMS", *streams, *(cursor for _, cursor in cursors)
+        )
+        reply = await connection.read_response(timeout=block_ms / 1000 + 10)
+        return [
+            (
+                keys.job_id_of(key) or "",
+                [(entry_id, decode(fields.get(keys.EVENT_FIELD, ""))) for entry_id, fields in raw],
+            )
+            for key, raw in _stream_entries(reply)
+        ]
+
+    async def unblock(self) -> bool:
+        """Wake a blocked read; False when none was blocked (yet). Raises UnblockRefused."""
+        if self.client_id is None:
+            return False
+        try:
+            return bool(await self._redis.client_unblock(self.client_id))
+        except ResponseError as error:
+            raise UnblockRefused(str(error)) from None
+
+    async def drop(self) -> None:
+        """Forget the connection after an error; the next read reconnects."""
+        self.client_id = None
+        if self._connection is not None:
+            with suppress(RedisError, OSError):
+                await self._connection.disconnect()
+
+    async def close(self) -> None:
+        connection, self._connection = self._connection, None
+        self.client_id = None
+        if connection is not None:
+            with suppress(RedisError, OSError):
+                await connection.disconnect()
+            await self._redis.connection_pool.release(connection)
+
+    async def _connect(self) -> AbstractConnection:
+        """One connection of the app's pool, held for the reader's lifetime."""
+        if self._connection is None:
+            # redis-py leaves these two untyped
+            get_connection = cast(
+                Callable[[], Awaitable[AbstractConnection]], self._redis.connection_pool.get_connection
+            )
+            self._connection = await get_connection()
+        if not self._connection.is_connected or self.client_id is None:
+            await cast(Callable[[], Awaitable[None]], self._connection.connect)()
+            await self._connection.send_command("CLIENT", "ID")
+            self.client_id = int(cast(int, await self._connection.read_response()))
+        return self._connection
+
+
+def _stream_entries(reply: object) -> list[tuple[str, list[tuple[str, dict[str, str]]]]]:
+    """Narrow a raw XREAD reply (RESP2 list or RESP3 map; None on timeout or unblock)."""
+    if reply is None:
+        return []
+    streams = list(reply.items()) if isinstance(reply, dict) else cast(list[list[object]], reply)
+    result: list[tuple[str, list[tuple[str, dict[str, str]]]]] = []
+    for key, raw_entries in streams:
+        entries = []
+        for entry_id, raw_fields in cast(list[tuple[str, list[str] | None]], raw_entries):
+            flat = raw_fields or []
+            entries.append((str(entry_id), dict(zip(flat[::2], flat[1::2], strict=True))))
+        result.append((str(key), entries))
+    return result
