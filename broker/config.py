@@ -71,7 +71,7 @@ class Config:
         return attrs.evolve(self, **changes)
 
 
-def _integer(minimum: int) -> Callable[[str], int]:
+def _integer(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
     def parse(raw: str) -> int:
         try:
             value = int(raw.strip())
@@ -79,6 +79,8 @@ def _integer(minimum: int) -> Callable[[str], int]:
             raise ValueError("is not an integer") from None
         if value < minimum:
             raise ValueError(f"must be at least {minimum}")
+        if maximum is not None and value > maximum:
+            raise ValueError(f"must be at most {maximum}")
         return value
 
     return parse
@@ -135,7 +137,7 @@ def _optional_url(raw: str) -> str | None:
 
 _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "HOST": ("host", _text),
-    "PORT": ("port", _integer(0)),
+    "PORT": ("port", _integer(0, 65535)),
     "REDIS_URL": ("redis_url", _redis_url),
     "DATA_DIR": ("data_dir", _text),
     "HERMES_URL": ("hermes_url", _url),
