@@ -154,6 +154,9 @@ class Runner:
 
     async def _check_silence(self, snapshot: Snapshot, action: Follow) -> Snapshot:
         """No event for a poll interval: make sure the run is still there, and not finished behind a hung stream."""
+        snapshot = await self._reload()  # a stop whose nudge was lost is seen here
+        if snapshot.view.stop_requested and self._stop_sent_attempt != snapshot.view.attempt:
+            return snapshot
         run = await self._deps.hermes.get(action.hermes_run_id)
         if isinstance(run, HermesRun) and run.terminal and not self._suspect_terminal:
             self._suspect_terminal = True  # give the stream one more interval to deliver the terminal event

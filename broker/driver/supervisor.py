@@ -70,10 +70,9 @@ class Supervisor:
     async def _guarded(self, loop: Callable[[], Awaitable[None]]) -> None:
         """Keep a background loop alive through Redis outages (log, back off, go on)."""
         delay = 0.1
-        while True:
+        while True:  # a loop that ends (a pub/sub connection that closed) starts again too
             try:
                 await loop()
-                return
             except (RedisError, OSError) as error:
                 self._log.warning("Lost Redis in a driver loop.", extra={"error": repr(error), "retryS": delay})
             await asyncio.sleep(delay)
