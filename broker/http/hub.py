@@ -186,16 +186,22 @@ class Hub:
         self._task = asyncio.create_task(self._run(), name="event-hub")
 
     async def stop(self) -> None:
-        for task in (self._task, self._unblocker):
-            if task is not None:
-                task.cancel()
-                with suppress(asyncio.CancelledError):
-                    await task
+        self._follows.clear()
+        for task in (self._unblocker, self._task):
+            if task is None:
+                continue
+            task.cancel()
+            done, _ = await asyncio.wait({task}, timeout=0.2)
+            if not done:
+                await self._reader.drop()  # a blocked read can outlive its cancellation: close its socket
+            with suppress(asyncio.CancelledError):
+                await task
         await self._reader.close()
 
     async def _run(self) -> None:
         backoff = BACKOFF_S[0]
         while True:
+            _reraise_cancellation()  # redis-py can swallow a cancellation inside a read that then returns
             if not self._follows:
                 self._changed.clear()
                 await self._changed.wait()

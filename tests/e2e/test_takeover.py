@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 
 from tests.conftest import RedisServer, free_port, wait_for_port
 from tests.e2e.conftest import BrokerFactory, BrokerProcess
@@ -33,6 +34,15 @@ class SimulatorProcess:
         with urllib.request.urlopen(f"{self.url}/_sim/requests", timeout=5) as answer:
             requests = json.loads(answer.read())["requests"]
         return [r["idempotency_key"] for r in requests if r["method"] == "POST" and r["path"] == "/v1/runs"]
+
+
+@pytest.fixture
+def clean_redis(redis_server: RedisServer) -> RedisServer:
+    """The session server without other tests' jobs (their brokers would drive them against our Hermes)."""
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushdb()
+    client.close()
+    return redis_server
 
 
 @pytest.fixture
@@ -68,14 +78,14 @@ def statuses(broker: BrokerProcess, jobs: list[str]) -> list[str]:
 
 
 def test_a_killed_owners_jobs_are_finished_by_the_other_replica(
-    start_broker: BrokerFactory, redis_server: RedisServer, simulator: SimulatorProcess
+    start_broker: BrokerFactory, clean_redis: RedisServer, simulator: SimulatorProcess
 ) -> None:
     # Given two replicas with a short lease, driving jobs that take a while
     env = {**FAST, "HERMES_URL": simulator.url, "RUNS_LEASE": "1500"}
-    doomed = start_broker(redis_url=redis_server.url, **env)
+    doomed = start_broker(redis_url=clean_redis.url, **env)
     jobs = create_jobs(doomed, 6, "slow sleep:2")
     until(lambda: all(s == "running" for s in statuses(doomed, jobs)), 15)
-    survivor = start_broker(redis_url=redis_server.url, **env)
+    survivor = start_broker(redis_url=clean_redis.url, **env)
     # When the replica that drives them all is SIGKILLed mid-run
     doomed.kill()
     # Then every job completes on the other one, without a second Hermes run for any attempt
@@ -87,14 +97,14 @@ def test_a_killed_owners_jobs_are_finished_by_the_other_replica(
 
 
 def test_a_terminated_replica_hands_its_jobs_over_before_the_lease_expires(
-    start_broker: BrokerFactory, redis_server: RedisServer, simulator: SimulatorProcess
+    start_broker: BrokerFactory, clean_redis: RedisServer, simulator: SimulatorProcess
 ) -> None:
     # Given two replicas with a lease far longer than the jobs
     env = {**FAST, "HERMES_URL": simulator.url, "RUNS_LEASE": "60000"}
-    leaving = start_broker(redis_url=redis_server.url, **env)
+    leaving = start_broker(redis_url=clean_redis.url, **env)
     jobs = create_jobs(leaving, 6, "slow sleep:2")
     until(lambda: all(s == "running" for s in statuses(leaving, jobs)), 15)
-    staying = start_broker(redis_url=redis_server.url, **env)
+    staying = start_broker(redis_url=clean_redis.url, **env)
     # When one replica is SIGTERMed (a rollout)
     assert leaving.terminate() == 0
     # Then the other finishes every job well before a lease could have expired
