@@ -15,8 +15,12 @@ from broker import logging as broker_logging
 from broker.config import Config
 from broker.errors import ConfigError
 from broker.http.app import create_app, drain
+from broker.http.appkeys import inflight_key
 from broker.logging import get_logger
 from broker.store.embedded import EmbeddedRedis
+
+
+SHUTDOWN_TAIL_S = 1.0  #: what SHUTDOWN_GRACE keeps for closing the server after in-flight requests
 
 
 def main() -> int:
@@ -42,7 +46,7 @@ async def serve(config: Config, redis_url: str) -> None:
     """Serve until SIGTERM/SIGINT, then drain: not ready, jobs handed back, streams ended, requests finished."""
     log = get_logger("broker.__main__.Server")
     app = create_app(config, redis_url=redis_url)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=config.shutdown_grace_ms / 1000)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_TAIL_S)  # requests were waited for
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port)
     await site.start()
@@ -54,7 +58,10 @@ async def serve(config: Config, redis_url: str) -> None:
     await stopping.wait()
     started = time.monotonic()
     log.info("Draining on shutdown.", extra={"graceMs": config.shutdown_grace_ms})
-    await drain(app)
+    await drain(app)  # /readyz answers 503 from here until the process exits
+    grace_s = config.shutdown_grace_ms / 1000 - (time.monotonic() - started) - SHUTDOWN_TAIL_S
+    finished = await app[inflight_key].idle(grace_s)
+    log.info("Finished in-flight requests.", extra={"finished": finished, "left": app[inflight_key].count})
     await runner.cleanup()
     log.info("Stopped.", extra={"durationMs": round((time.monotonic() - started) * 1000)})
 

@@ -19,11 +19,13 @@ from broker.driver.writer import Writer
 from broker.hermes.client import AiohttpHermesClient, HermesClient
 from broker.http import health, routes, sse
 from broker.http.appkeys import (
+    InFlight,
     board_key,
     clock_key,
     config_key,
     draining_key,
     hermes_key,
+    inflight_key,
     metrics_key,
     redis_key,
     service_key,
@@ -63,6 +65,7 @@ def create_app(
     app[clock_key] = clock or SystemClock()
     app[metrics_key] = Metrics()
     app[draining_key] = [False]
+    app[inflight_key] = InFlight()
     app[hermes_key] = hermes or AiohttpHermesClient(
         config.hermes_url, config.hermes_api_key, config.hermes_timeout_ms, observe=app[metrics_key].observe_hermes
     )
@@ -140,6 +143,7 @@ async def drain(app: web.Application) -> None:
         await app[board_key].stop()  # in-flight deliveries are handed to the other replicas' senders
     if supervisor_key in app:
         await app[supervisor_key].drain()
+    await sse.end_streams(app)
 
 
 async def _close_hermes(app: web.Application) -> None:
@@ -157,7 +161,15 @@ def _safe(url: str) -> str:
 @web.middleware
 async def _request_log(request: web.Request, handler: Handler) -> web.StreamResponse:
     started = time.perf_counter()
-    response = await handler(request)
+    quiet = request.path in _QUIET_PATHS
+    inflight = request.app[inflight_key]
+    if not quiet:  # a drain waits for these, not for readiness probes
+        inflight.enter()
+    try:
+        response = await handler(request)
+    finally:
+        if not quiet:
+            inflight.leave()
     fields = {
         "method": request.method,
         "path": request.path,
@@ -166,7 +178,7 @@ async def _request_log(request: web.Request, handler: Handler) -> web.StreamResp
         "remote": request.remote,
     }
     log = get_logger("broker.http.app.RequestLog")
-    if request.path in _QUIET_PATHS:
+    if quiet:
         log.debug("Answered a request.", extra=fields)
     else:
         log.info("Answered a request.", extra=fields)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from aiohttp import web
 from redis.asyncio import Redis
 
@@ -26,3 +28,32 @@ supervisor_key = web.AppKey("supervisor", Supervisor)
 writer_key = web.AppKey("writer", Writer)
 hermes_key = web.AppKey("hermes", HermesClient)
 draining_key = web.AppKey("draining", list[bool])  #: a one-element flag, set on SIGTERM
+
+
+class InFlight:
+    """Requests being answered, so that a drain can wait for them while /readyz keeps answering 503."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def enter(self) -> None:
+        self.count += 1
+        self._idle.clear()
+
+    def leave(self) -> None:
+        self.count -= 1
+        if self.count == 0:
+            self._idle.set()
+
+    async def idle(self, timeout_s: float) -> bool:
+        """Wait until no request is in flight; False when `timeout_s` ran out first."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), max(timeout_s, 0))
+        except TimeoutError:
+            return False
+        return True
+
+
+inflight_key = web.AppKey("inflight", InFlight)

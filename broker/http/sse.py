@@ -181,7 +181,8 @@ async def _hub_context(app: web.Application) -> AsyncIterator[None]:
     await hub.stop()
 
 
-async def _end_streams(app: web.Application) -> None:
+async def end_streams(app: web.Application) -> None:
+    """End every open event stream without a terminal frame (clients resume elsewhere with their last id)."""
     if hub_key in app:
         app[hub_key].close_subscribers()
 
@@ -189,4 +190,4 @@ async def _end_streams(app: web.Application) -> None:
 def register(app: web.Application) -> None:
     app.router.add_get("/v1/runs/{run_id}/events", stream_events)
     app.cleanup_ctx.append(_hub_context)
-    app.on_shutdown.append(_end_streams)
+    app.on_shutdown.append(end_streams)
