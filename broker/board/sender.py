@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Iterable
 
 import aiohttp
 import orjson
@@ -28,6 +29,7 @@ from broker.store.board import BoardEntry, BoardStore, OutboxEntry, new_token
 READ_BLOCK_MS = 1_000
 MAX_DRAINS = 32  #: keys one replica delivers at once
 CLAIM_EVERY_S = 10.0  #: how often entries of dead consumers are looked for
+CANCEL_CHECK_S = 0.5
 _HEADERS = {"Content-Type": "application/json"}
 
 
@@ -82,9 +84,7 @@ class Sender:
                     self._tasks.add(task)
                     task.add_done_callback(self._tasks.discard)
         finally:
-            for task in list(self._tasks):
-                task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await cancel_all(self._tasks)
 
     async def _handle(self, job_id: str, entry_ids: list[str]) -> None:
         try:
@@ -177,6 +177,19 @@ class Sender:
                 return "" if 200 <= answer.status < 300 else f"HTTP {answer.status}"
         except (aiohttp.ClientError, TimeoutError) as error:
             return repr(error)
+
+
+async def cancel_all(tasks: Iterable[asyncio.Task[None]]) -> None:
+    """Cancel tasks and wait for them, cancelling again any that swallowed it.
+
+    Python 3.11's `asyncio.wait_for` (used inside redis-py's pool) drops a cancellation that races with its
+    result, so a single cancel() may leave a loop running; a stop must not hang on it.
+    """
+    pending = set(tasks)
+    while pending:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=CANCEL_CHECK_S)
 
 
 def _by_job(entries: list[OutboxEntry]) -> dict[str, list[str]]:

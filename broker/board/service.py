@@ -19,7 +19,7 @@ from redis.exceptions import RedisError
 from broker.board.due import DeliverySettings
 from broker.board.reconcile import Reconciler
 from broker.board.repair import Repairer
-from broker.board.sender import Sender
+from broker.board.sender import Sender, cancel_all
 from broker.clock import Clock
 from broker.config import Config
 from broker.driver.decide import Policy
@@ -65,9 +65,7 @@ class BoardService:
     async def stop(self) -> None:
         """Cancel the loops (in-flight deliveries release their locks) and close the session; idempotent."""
         tasks, self._tasks = self._tasks, []
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_all(tasks)
         if self._session is not None:
             session, self._session = self._session, None
             await session.close()

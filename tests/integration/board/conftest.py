@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -45,12 +47,15 @@ class Receiver:
     posts: list[Post] = field(factory=list)
     fail_next: int = 0
     failing: bool = False
+    jitter_s: float = 0.0  #: answer after a random pause up to this long (interleaves concurrent senders)
     #: acknowledged `at` went backwards for a key: (key, newest acknowledged at, at acknowledged after it)
     regressions: list[tuple[str, int, int]] = field(factory=list)
     _newest: dict[str, int] = field(factory=dict)
 
     async def handle(self, request: web.Request) -> web.Response:
         body = await request.read()
+        if self.jitter_s:
+            await asyncio.sleep(random.uniform(0, self.jitter_s))
         status = 200
         if self.failing or self.fail_next > 0:
             self.fail_next = max(0, self.fail_next - 1)
@@ -117,6 +122,15 @@ def make_board_replica(receiver: Receiver, make_replica: ClientFactory) -> Board
         return await make_replica(**settings)
 
     return make
+
+
+async def until_true(check: Callable[[], object], *, timeout: float = 15.0) -> None:
+    """Poll a synchronous check (receiver state, counters) until it holds."""
+
+    async def probe() -> object:
+        return check()
+
+    await eventually(probe, timeout=timeout)
 
 
 def deliveries(client: TestClient[Any, Any], outcome: str) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from broker.simulator.script import DANGEROUS_COMMAND, FAILURE
-from tests.integration.board.conftest import ALWAYS, REPORT_KEYS, BoardFactory, Receiver, deliveries
+from tests.integration.board.conftest import ALWAYS, REPORT_KEYS, BoardFactory, Receiver, deliveries, until_true
 from tests.integration.driver.conftest import create, eventually, settled
 
 CONTEXT = {
@@ -54,7 +54,7 @@ async def test_a_completed_job_reports_running_then_done(make_board_replica: Boa
     assert last["reporting"] == {"board": True, "post": True}
     assert all(post.content_type == "application/json" for post in receiver.posts)
     # the receiver records a POST before its answer reaches the sender, which counts it then
-    await eventually(lambda: _async(deliveries(replica, "delivered") == len(reports)))
+    await until_true(lambda: deliveries(replica, "delivered") == len(reports))
 
 
 async def test_a_failed_job_reports_the_failure(make_board_replica: BoardFactory, receiver: Receiver) -> None:
@@ -106,7 +106,3 @@ async def test_reporting_flags_false_are_still_delivered(make_board_replica: Boa
     assert all(report["reporting"] == {"board": False, "post": False} for report in reports)
     assert all(report["platform"] == "ci-runs" and report["title"] == "Quiet" for report in reports)
     assert all("link" not in report and "links" not in report for report in reports)
-
-
-async def _async(value: bool) -> bool:
-    return value
