@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from redis.asyncio import Redis
+
+from broker.ids import job_id_for_key
+from broker.store import keys
 from tests.integration.board.conftest import BoardFactory, Post, Receiver, deliveries, until_true
 from tests.integration.driver.conftest import create, settled
 
@@ -61,3 +65,18 @@ async def test_a_replay_after_the_receiver_lost_its_history_is_byte_identical(
     await receiver.until(job_id, "done")
     assert {post.body for post in receiver.acknowledged(job_id)} == {original}
     await until_true(lambda: deliveries(replica, "replayed") >= 1)
+
+
+async def test_a_key_whose_lock_holder_died_goes_out_once_the_lock_expires(
+    make_board_replica: BoardFactory, receiver: Receiver, redis: Redis
+) -> None:
+    # Given a key locked by a sender that died mid-delivery (its lock expires in 1.5 s)
+    job_id = job_id_for_key("dead-holder")
+    await redis.set(keys.board_lock(job_id), "dead-sender", px=1_500)
+    replica = await make_board_replica()
+    # When the job's versions are persisted meanwhile
+    await create(replica, {"input": "hello"}, **{"Idempotency-Key": "dead-holder"})
+    # Then the sender that found the key locked looks again after the lock expired and delivers the latest
+    reports = await receiver.until(job_id, "done")
+    assert reports[-1]["state"] == "done"
+    assert not await redis.exists(keys.board_lock(job_id))
