@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterable
 
 import aiohttp
 import orjson
@@ -25,11 +24,11 @@ from broker.logging import get_logger
 from broker.metrics import Metrics
 from broker.store import keys
 from broker.store.board import BoardEntry, BoardStore, OutboxEntry, new_token
+from broker.tasks import cancel_all
 
 READ_BLOCK_MS = 1_000
 MAX_DRAINS = 32  #: keys one replica delivers at once
 CLAIM_EVERY_S = 10.0  #: how often entries of dead consumers are looked for
-CANCEL_CHECK_S = 0.5
 _HEADERS = {"Content-Type": "application/json"}
 
 
@@ -177,19 +176,6 @@ class Sender:
                 return "" if 200 <= answer.status < 300 else f"HTTP {answer.status}"
         except (aiohttp.ClientError, TimeoutError) as error:
             return repr(error)
-
-
-async def cancel_all(tasks: Iterable[asyncio.Task[None]]) -> None:
-    """Cancel tasks and wait for them, cancelling again any that swallowed it.
-
-    Python 3.11's `asyncio.wait_for` (used inside redis-py's pool) drops a cancellation that races with its
-    result, so a single cancel() may leave a loop running; a stop must not hang on it.
-    """
-    pending = set(tasks)
-    while pending:
-        for task in pending:
-            task.cancel()
-        _, pending = await asyncio.wait(pending, timeout=CANCEL_CHECK_S)
 
 
 def _by_job(entries: list[OutboxEntry]) -> dict[str, list[str]]:

@@ -19,7 +19,7 @@ from redis.exceptions import RedisError
 from broker.board.due import DeliverySettings
 from broker.board.reconcile import Reconciler
 from broker.board.repair import Repairer
-from broker.board.sender import Sender, cancel_all
+from broker.board.sender import Sender
 from broker.clock import Clock
 from broker.config import Config
 from broker.driver.decide import Policy
@@ -28,6 +28,7 @@ from broker.hermes.client import HermesClient
 from broker.logging import get_logger
 from broker.metrics import Metrics
 from broker.store.board import BoardStore
+from broker.tasks import cancel_all
 
 MAX_REDIS_BACKOFF_S = 5.0
 PROMOTE_LIMIT = 100

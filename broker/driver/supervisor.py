@@ -23,6 +23,7 @@ from broker.errors import JobNotFound, LeaseLost
 from broker.logging import get_logger
 from broker.store import keys, signals, work
 from broker.store.leases import Leases, new_token
+from broker.tasks import cancel_all
 
 CLAIM_BLOCK_MS = 1_000
 RETRY_AFTER_FAILURE_MS = 1_000
@@ -52,13 +53,9 @@ class Supervisor:
 
     async def drain(self) -> int:
         """Stop taking work and hand every driven job back for immediate takeover; Hermes runs go on."""
-        for loop in self._loops:
-            loop.cancel()
-        await asyncio.gather(*self._loops, return_exceptions=True)
+        await cancel_all(self._loops)
         owned = [(runner, task) for runner, task in self._runners.values()]
-        for _, task in owned:
-            task.cancel()
-        await asyncio.gather(*(task for _, task in owned), return_exceptions=True)
+        await cancel_all(task for _, task in owned)
         now = self._deps.clock.now_ms()
         handed = 0
         for runner, _ in owned:

@@ -15,7 +15,6 @@ import enum
 import random
 from collections import deque
 from collections.abc import Iterable
-from contextlib import suppress
 from typing import NamedTuple
 
 import orjson
@@ -26,6 +25,7 @@ from redis.exceptions import RedisError
 from broker.events import JobEvent
 from broker.logging import get_logger
 from broker.store.live import LiveReader, UnblockRefused
+from broker.tasks import cancel_all
 from projections.feed import shown
 
 READ_COUNT = 500  #: entries per stream per XREAD
@@ -194,8 +194,7 @@ class Hub:
             done, _ = await asyncio.wait({task}, timeout=0.2)
             if not done:
                 await self._reader.drop()  # a blocked read can outlive its cancellation: close its socket
-            with suppress(asyncio.CancelledError):
-                await task
+            await cancel_all([task])
         await self._reader.close()
 
     async def _run(self) -> None:
