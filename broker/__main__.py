@@ -19,7 +19,6 @@ from broker.http.appkeys import inflight_key
 from broker.logging import get_logger
 from broker.store.embedded import EmbeddedRedis
 
-
 SHUTDOWN_TAIL_S = 1.0  #: what SHUTDOWN_GRACE keeps for closing the server after in-flight requests
 
 
