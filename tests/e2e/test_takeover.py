@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import redis
 
+from broker.store import keys
 from tests.conftest import RedisServer, free_port, wait_for_port
 from tests.e2e.conftest import BrokerFactory, BrokerProcess
 
@@ -112,3 +113,36 @@ def test_a_terminated_replica_hands_its_jobs_over_before_the_lease_expires(
     assert '"jobs":6' in next(line for line in leaving.log_path.read_text().splitlines() if "Handed jobs back" in line)
     assert staying.log_path.read_text().count("Took over a job.") == len(jobs)
     assert sorted(simulator.creates()) == sorted(jobs)
+
+
+def test_jobs_driven_through_a_redis_restart_finish_with_every_event(
+    start_broker: BrokerFactory, simulator: SimulatorProcess, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # Given a replica driving jobs on a Redis of its own (AOF, fsync always)
+    server = RedisServer(tmp_path_factory.mktemp("restarted-redis"))
+    server.start()
+    try:
+        broker = start_broker(redis_url=server.url, **FAST, HERMES_URL=simulator.url, RUNS_LEASE="3000")
+        jobs = create_jobs(broker, 4, "slow sleep:3 tools:1")
+        until(lambda: all(s == "running" for s in statuses(broker, jobs)), 15)
+        before = {job: len(_events(server, job)) for job in jobs}
+        # When Redis is killed mid-run and comes back on the same port and files
+        server.stop(kill=True)
+        server.start()
+        # Then every job still finishes, and no event acknowledged before the crash is gone
+        until(lambda: all(s == "completed" for s in statuses(broker, jobs)), 60)
+        for job in jobs:
+            events = _events(server, job)
+            assert len(events) > before[job]
+            assert events[0] == "JobCreated" and events[-1] == "JobFinished"
+    finally:
+        server.stop()
+
+
+def _events(server: RedisServer, job_id: str) -> list[str]:
+    client = redis.Redis.from_url(server.url, decode_responses=True)
+    try:
+        entries = client.xrange(keys.events(job_id))
+        return [json.loads(fields["e"])["type"] for _, fields in entries]  # type: ignore[index,union-attr]
+    finally:
+        client.close()
