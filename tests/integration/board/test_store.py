@@ -10,9 +10,10 @@ from broker.store import keys
 from broker.store.board import BoardStore
 
 NOW = time.time_ns() // 1_000_000
+DAY = 86_400_000  #: entries outlive the whole session (NOW is taken at collection time)
 
 
-async def persist(redis: Redis, job_id: str, at: int, *, change: bool = True, expire_at: int = NOW + 60_000) -> None:
+async def persist(redis: Redis, job_id: str, at: int, *, change: bool = True, expire_at: int = NOW + DAY) -> None:
     """What the job write leaves for a new version (append_events.lua), without the outbox doorbell."""
     fields = {"latest": f'{{"at":{at}}}', "latest_at": at, "pending_at": at, "expire_at": expire_at}
     await redis.hset(keys.board(job_id), mapping=fields)  # type: ignore[arg-type]

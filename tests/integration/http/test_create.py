@@ -198,8 +198,12 @@ async def test_concurrent_creates_with_one_key_on_two_replicas_make_one_job(
 
 
 async def _assert_view_is_the_fold(redis: Redis, job_id: str) -> None:
-    stored = await redis.hgetall(keys.view(job_id))
-    history = await JobStore(redis, retention_ms=60_000).read(job_id)
+    # One MULTI: a driver may append between two separate reads.
+    async with redis.pipeline(transaction=True) as pipe:
+        pipe.hgetall(keys.view(job_id))
+        pipe.xrange(keys.events(job_id))
+        stored, entries = await pipe.execute()
+    history = [(entry_id, decode(fields[keys.EVENT_FIELD])) for entry_id, fields in entries]
     assert decode_view(stored["state"]) == fold(event for _, event in history)
     assert stored["last_id"] == history[-1][0]
 
