@@ -183,8 +183,10 @@ async def _hub_context(app: web.Application) -> AsyncIterator[None]:
 
 async def end_streams(app: web.Application) -> None:
     """End every open event stream without a terminal frame (clients resume elsewhere with their last id)."""
-    if hub_key in app:
+    if hub_key in app and not app[hub_key].stopping.is_set():
+        open_streams = app[hub_key].subscribers
         app[hub_key].close_subscribers()
+        _log.info("Ended event streams on shutdown.", extra={"streams": open_streams})
 
 
 def register(app: web.Application) -> None:
