@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from cattrs import BaseValidationError
 from cattrs.preconf.orjson import OrjsonConverter, make_converter
@@ -40,6 +40,7 @@ def to_builtins(event: JobEvent) -> dict[str, Any]:
 
 
 view_codec: OrjsonConverter = make_converter()
+_Stored = TypeVar("_Stored", JobView, BoardState)
 
 
 def encode_view(view: JobView) -> bytes:
@@ -48,10 +49,7 @@ def encode_view(view: JobView) -> bytes:
 
 def decode_view(data: bytes | str) -> JobView | None:
     """A stored view, or None when this replica cannot read it (the caller refolds the stream)."""
-    try:
-        return view_codec.loads(data, JobView)
-    except (BaseValidationError, ValueError, TypeError, KeyError):
-        return None
+    return _stored(data, JobView)
 
 
 def encode_board(state: BoardState) -> bytes:
@@ -60,7 +58,11 @@ def encode_board(state: BoardState) -> bytes:
 
 def decode_board(data: bytes | str) -> BoardState | None:
     """A stored board fold state, or None when this replica cannot read it (the caller refolds)."""
+    return _stored(data, BoardState)
+
+
+def _stored(data: bytes | str, cls: type[_Stored]) -> _Stored | None:
     try:
-        return view_codec.loads(data, BoardState)
+        return view_codec.loads(data, cls)
     except (BaseValidationError, ValueError, TypeError, KeyError):
         return None
