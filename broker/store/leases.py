@@ -44,14 +44,7 @@ class Leases:
         )
         return cast(int, released) == 1
 
-    async def owner(self, job_id: str) -> str | None:
-        return cast(str | None, await self._redis.get(keys.lease(job_id)))
-
     async def promote_due(self, now_ms: int, limit: int = 100) -> list[str]:
         """Put every job whose wake-up time has passed on the work stream (atomically, once)."""
         promoted = await self._scripts.promote_due(keys=[keys.DUE, keys.WORK], args=[now_ms, self.lease_ms, limit])
         return as_strings(promoted)
-
-    async def forget(self, job_id: str) -> None:
-        """A finished or expired job leaves the schedule."""
-        await self._redis.zrem(keys.DUE, job_id)
