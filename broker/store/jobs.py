@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import cast
 
+import orjson
 from attrs import frozen
 from redis.asyncio import Redis
 
@@ -104,17 +105,27 @@ class JobStore:
         due_at: int | None = None,
         board: BoardWrite | None = None,
     ) -> list[str]:
-        board_args: list[str | int | bytes] = ["", "", 0, "0", 0, 0, 0]
+        write: dict[str, object] = {
+            "job": job_id,
+            "expect": expected,
+            "token": token or "",
+            "retention": str(self._retention_ms),
+        }
+        if enqueue:
+            write["ring"] = "job"
+        if due_at is not None:
+            write["due"] = str(due_at)
+        state, report = b"", b""
         if board is not None:
-            board_args = [
-                encode_board(board.state),
-                board.report or "",
-                board.at_ms,
-                "1" if board.state_change else "0",
-                board.expire_at_ms,
-                board.refresh_ms,
-                board.now_ms,
-            ]
+            state, report = encode_board(board.state), board.report or b""
+            if board.report is not None:
+                write["board"] = {
+                    "at": str(board.at_ms),
+                    "change": "1" if board.state_change else "0",
+                    "expire": str(board.expire_at_ms),
+                    "refresh": str(board.refresh_ms),
+                    "now": str(board.now_ms),
+                }
         reply = await self._scripts.append_events(
             keys=[
                 keys.events(job_id),
@@ -127,18 +138,7 @@ class JobStore:
                 keys.BOARD_DUE,
                 keys.BOARD_INDEX,
             ],
-            args=[
-                expected,
-                token or "",
-                self._retention_ms,
-                encode_view(view),
-                job_id,
-                "1" if enqueue else "0",
-                "" if due_at is None else due_at,
-                *board_args,
-                len(events),
-                *(encode(event) for event in events),
-            ],
+            args=[orjson.dumps(write), encode_view(view), state, report, *(encode(event) for event in events)],
         )
         return as_strings(reply)
 

@@ -2,61 +2,67 @@
 -- retention, and persist the board projection with its pending delivery (SPEC S3.6, S5.3), atomically.
 -- KEYS[1] job events   KEYS[2] job view hash   KEYS[3] job lease   KEYS[4] work stream   KEYS[5] due zset
 -- KEYS[6] job board hash   KEYS[7] board outbox   KEYS[8] board due zset   KEYS[9] board index zset
--- ARGV[1]  expected last id: '' = do not check, '$new' = create: only if the job does not exist
--- ARGV[2]  lease token ('' = not fenced)   ARGV[3] retention ms   ARGV[4] job view JSON
--- ARGV[5]  job id   ARGV[6] '1' = ring the work stream   ARGV[7] due at ('' = leave the schedule alone)
--- ARGV[8]  board state JSON ('' = no board)   ARGV[9] board report ('' = no new version)
--- ARGV[10] version at   ARGV[11] '1' = state change   ARGV[12] expire at (epoch ms)
--- ARGV[13] refresh interval ms   ARGV[14] now (epoch ms)   ARGV[15] event count   ARGV[16..] event JSONs
+-- ARGV[1] the write, a JSON object of strings:
+--   job        the job id
+--   expect     '' = do not check, '$new' = create only if the job does not exist, else the expected last id
+--   token      the lease token that fences the write ('' = not fenced)
+--   retention  ms every job key lives after this write
+--   ring       present: ring the work stream with this doorbell field ('job')
+--   due        present: the job's next wake-up in the due schedule (epoch ms)
+--   board      present: a new board version {at, change ('1' = state change), expire (epoch ms),
+--              refresh (ms), now (epoch ms)}
+-- ARGV[2] job view JSON   ARGV[3] board fold state JSON ('' = no board)   ARGV[4] board report ('' = none)
+-- ARGV[5..] event JSONs, oldest first
 -- Returns {'OK', id1, ...} | {'EXISTS', view JSON} | {'MISSING'} | {'FENCED'} | {'CONFLICT', actual last id}
-if ARGV[2] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[2] then
+local w = cjson.decode(ARGV[1])
+if w.token ~= '' and redis.call('GET', KEYS[3]) ~= w.token then
   return {'FENCED'}
 end
 local last = redis.call('HGET', KEYS[2], 'last_id')
-if ARGV[1] == '$new' then
+if w.expect == '$new' then
   if last then
     return {'EXISTS', redis.call('HGET', KEYS[2], 'state')}
   end
 elseif not last then
   return {'MISSING'}
-elseif ARGV[1] ~= '' and last ~= ARGV[1] then
+elseif w.expect ~= '' and last ~= w.expect then
   return {'CONFLICT', last}
 end
 
 local reply = {'OK'}
-for i = 16, 15 + tonumber(ARGV[15]) do
+for i = 5, #ARGV do
   last = redis.call('XADD', KEYS[1], '*', 'e', ARGV[i])
   reply[#reply + 1] = last
 end
-redis.call('HSET', KEYS[2], 'state', ARGV[4], 'last_id', last)
-if ARGV[8] ~= '' then
-  redis.call('HSET', KEYS[2], 'board', ARGV[8])
+redis.call('HSET', KEYS[2], 'state', ARGV[2], 'last_id', last)
+if ARGV[3] ~= '' then
+  redis.call('HSET', KEYS[2], 'board', ARGV[3])
 end
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
-if ARGV[6] == '1' then
-  redis.call('XADD', KEYS[4], 'MAXLEN', '~', 100000, '*', 'job', ARGV[5])
+redis.call('PEXPIRE', KEYS[1], w.retention)
+redis.call('PEXPIRE', KEYS[2], w.retention)
+if w.ring then
+  redis.call('XADD', KEYS[4], 'MAXLEN', '~', 100000, '*', w.ring, w.job)
 end
-if ARGV[7] ~= '' then
-  redis.call('ZADD', KEYS[5], ARGV[7], ARGV[5])
+if w.due then
+  redis.call('ZADD', KEYS[5], w.due, w.job)
 end
 
-if ARGV[9] ~= '' then
+local b = w.board
+if b then
   -- A new immutable board version: it is the latest and pending; state changes go out at once,
   -- activity-only versions at most once per refresh interval after the key's previous delivery.
-  redis.call('HSET', KEYS[6], 'latest', ARGV[9], 'latest_at', ARGV[10], 'pending_at', ARGV[10],
-             'expire_at', ARGV[12])
-  if ARGV[11] == '1' then
+  redis.call('HSET', KEYS[6], 'latest', ARGV[4], 'latest_at', b.at, 'pending_at', b.at, 'expire_at', b.expire)
+  if b.change == '1' then
     redis.call('HSET', KEYS[6], 'pending_change', '1')
   end
-  redis.call('PEXPIREAT', KEYS[6], ARGV[12])
-  redis.call('ZADD', KEYS[9], ARGV[12], ARGV[5])
+  redis.call('PEXPIREAT', KEYS[6], b.expire)
+  redis.call('ZADD', KEYS[9], b.expire, w.job)
   local delivered = tonumber(redis.call('HGET', KEYS[6], 'delivered_ms') or '0')
-  local due = delivered + tonumber(ARGV[13])
-  if ARGV[11] == '1' or tonumber(ARGV[14]) >= due then
-    redis.call('XADD', KEYS[7], 'MAXLEN', '~', 100000, '*', 'job', ARGV[5], 'at', ARGV[10])
+  local due = delivered + tonumber(b.refresh)
+  if b.change == '1' or tonumber(b.now) >= due then
+    redis.call('XADD', KEYS[7], 'MAXLEN', '~', 100000, '*', 'job', w.job, 'at', b.at)
   else
-    redis.call('ZADD', KEYS[8], 'NX', due, ARGV[5])
+    redis.call('ZADD', KEYS[8], 'NX', due, w.job)
   end
 end
 return reply
