@@ -51,16 +51,17 @@ class BoardWrite:
 class JobStore:
     """Reads and writes job streams; every write is one Lua script, one round trip."""
 
-    def __init__(self, redis: Redis, *, retention_ms: int, takeover_ms: int = 15_000) -> None:
+    def __init__(self, redis: Redis, *, retention_ms: int, hold_ms: int = 2_400_000) -> None:
         self._redis = redis
         self._scripts = Scripts(redis)
         self._retention_ms = retention_ms
-        self._takeover_ms = takeover_ms  # a job nobody took by then is promoted again (RUNS_LEASE)
+        self._hold_ms = hold_ms  # a job still waiting in the line by then is woken to expire (RUNS_HOLD)
 
     async def create(self, event: JobCreated, view: JobView, board: BoardWrite | None = None) -> Created:
-        """Store `event` and its view and ring the work stream, unless the job id exists already."""
+        """Store `event` and its view, put the job in the admission line and ring the work stream for it,
+        unless the job id exists already."""
         reply = await self._write(
-            event.job_id, [event], view, expected="$new", enqueue=True, due_at=event.at_ms + self._takeover_ms,
+            event.job_id, [event], view, expected="$new", ring="line", due_at=event.at_ms + self._hold_ms,
             board=board,
         )  # fmt: skip
         if reply[0] == "OK":
@@ -76,12 +77,14 @@ class JobStore:
         *,
         expected_last_id: str | None,
         lease_token: str | None = None,
-        enqueue: bool = False,
         board: BoardWrite | None = None,
+        due_at: int | None = None,
     ) -> list[str]:
-        """Append `events` with `view` (their fold); raise StreamConflict, LeaseLost or JobNotFound."""
+        """Append `events` with `view` (their fold); raise StreamConflict, LeaseLost or JobNotFound.
+
+        `due_at`: the job's next wake-up in the due schedule, set in the same write."""
         reply = await self._write(
-            job_id, events, view, expected=expected_last_id or "", token=lease_token, enqueue=enqueue, board=board
+            job_id, events, view, expected=expected_last_id or "", token=lease_token, board=board, due_at=due_at
         )
         match reply[0]:
             case "OK":
@@ -101,7 +104,7 @@ class JobStore:
         *,
         expected: str,
         token: str | None = None,
-        enqueue: bool = False,
+        ring: str | None = None,
         due_at: int | None = None,
         board: BoardWrite | None = None,
     ) -> list[str]:
@@ -111,10 +114,14 @@ class JobStore:
             "token": token or "",
             "retention": str(self._retention_ms),
         }
-        if enqueue:
-            write["ring"] = "job"
+        if ring is not None:
+            write["ring"] = ring
         if due_at is not None:
             write["due"] = str(due_at)
+        if expected == "$new":
+            write["line"] = "enter"
+        elif view.status.terminal:
+            write["line"] = "leave"
         state, report = b"", b""
         if board is not None:
             state, report = encode_board(board.state), board.report or b""
@@ -137,6 +144,7 @@ class JobStore:
                 keys.BOARD_OUTBOX,
                 keys.BOARD_DUE,
                 keys.BOARD_INDEX,
+                keys.ADMISSION_LINE,
             ],
             args=[orjson.dumps(write), encode_view(view), state, report, *(encode(event) for event in events)],
         )

@@ -2,13 +2,16 @@
 -- retention, and persist the board projection with its pending delivery (SPEC S3.6, S5.3), atomically.
 -- KEYS[1] job events   KEYS[2] job view hash   KEYS[3] job lease   KEYS[4] work stream   KEYS[5] due zset
 -- KEYS[6] job board hash   KEYS[7] board outbox   KEYS[8] board due zset   KEYS[9] board index zset
+-- KEYS[10] admission line zset
 -- ARGV[1] the write, a JSON object of strings:
 --   job        the job id
 --   expect     '' = do not check, '$new' = create only if the job does not exist, else the expected last id
 --   token      the lease token that fences the write ('' = not fenced)
 --   retention  ms every job key lives after this write
---   ring       present: ring the work stream with this doorbell field ('job')
+--   ring       present: ring the work stream with this doorbell field ('line': run the admission line)
 --   due        present: the job's next wake-up in the due schedule (epoch ms)
+--   line       'enter': the job joins the admission line, placed by its first event's id (arrival order);
+--              'leave': it leaves the line (it is terminal)
 --   board      present: a new board version {at, change ('1' = state change), expire (epoch ms),
 --              refresh (ms), now (epoch ms)}
 -- ARGV[2] job view JSON   ARGV[3] board fold state JSON ('' = no board)   ARGV[4] board report ('' = none)
@@ -33,6 +36,13 @@ local reply = {'OK'}
 for i = 5, #ARGV do
   last = redis.call('XADD', KEYS[1], '*', 'e', ARGV[i])
   reply[#reply + 1] = last
+end
+if w.line == 'enter' then
+  -- place = ms * 1000 + seq of the job's first event, built as a string so no digit is lost
+  local ms, seq = string.match(reply[2], '^(%d+)-(%d+)$')
+  redis.call('ZADD', KEYS[10], ms .. string.format('%03d', math.min(tonumber(seq), 999)), w.job)
+elseif w.line == 'leave' then
+  redis.call('ZREM', KEYS[10], w.job)
 end
 redis.call('HSET', KEYS[2], 'state', ARGV[2], 'last_id', last)
 if ARGV[3] ~= '' then
