@@ -10,11 +10,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 
-from broker.hermes.models import JsonObject
 from broker.simulator.bodies import BodyError, parse_choice, parse_create, parse_object
 from broker.simulator.control import CONTROL_PREFIX, add_control_routes, request_key, simulator_key
 from broker.simulator.script import Script, play
 from broker.simulator.state import RunStream, Settings, SimRun, Simulator
+from broker.simulator.wire import JsonObject
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 HEALTH = {"status": "ok", "platform": "hermes-agent", "version": "0.19.0"}

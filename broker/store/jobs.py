@@ -173,19 +173,6 @@ class JobStore:
             if job_id:
                 yield job_id
 
-    async def stored_board_report(self, job_id: str) -> str | None:
-        return cast(str | None, await self._redis.hget(keys.board(job_id), "latest"))
-
-    async def replace_views(
-        self, job_id: str, last_id: str, view: JobView, board: BoardState | None, report: bytes | None, at_ms: int
-    ) -> bool:
-        """Store a rebuilt fold unless the job moved on since `last_id`."""
-        replaced = await self._scripts.replace_view(
-            keys=[keys.view(job_id), keys.board(job_id)],
-            args=[last_id, encode_view(view), encode_board(board) if board else "", report or "", at_ms],
-        )
-        return cast(int, replaced) == 1
-
     async def _refold(self, job_id: str) -> Snapshot:
         history = await self.read(job_id)
         view = fold(event for _, event in history)
