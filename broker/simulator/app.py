@@ -197,6 +197,8 @@ async def _stop(request: web.Request) -> web.Response:
     run = sim.runs.get(run_id)
     if run is None or run.task is None or run.task.done():
         if run is not None and sim.settings.upstream_main:
+            if run.status == "interrupted":  # a survivor of a restart: not alive in this process
+                return error(409, f"Run is not active in this process: {run_id}", "run_not_active")
             return web.json_response({"run_id": run_id, "status": run.status})
         return not_found(run_id)
     run.set_status("stopping", last_event="run.stopping")
