@@ -14,7 +14,7 @@ from projections.job import Hold, JobView
 #: Where a learnt limit starts (slow start): small, so a first burst of a backlog never floods Hermes.
 INITIAL_LIMIT = 2
 #: How long the limit stays unchanged, without a 429, before it grows by one past the known capacity.
-QUIET_MS = 5_000
+QUIET_MS = 3_000
 
 
 @frozen(kw_only=True)

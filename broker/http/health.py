@@ -73,7 +73,7 @@ async def _admission(app: web.Application) -> dict[str, object]:
         "learnt": line.learnt,
         "refusing": line.refusing is not None,
         "reason": line.refusing.value if line.refusing else None,
-        "detail": line.detail or None,
+        "detail": (line.detail or None) if line.refusing else None,
         "retry_at": line.retry_at_ms / 1000 if line.refusing else None,
         "line": line.waiting,
         "oldest_wait_ms": line.oldest_wait_ms,
