@@ -13,7 +13,7 @@ from aiohttp import web
 
 from broker import logging as broker_logging
 from broker.config import Config
-from broker.errors import CannotListen, ConfigError
+from broker.errors import CannotListen, ConfigError, LegacyLayout
 from broker.http.app import create_app, drain
 from broker.http.appkeys import inflight_key
 from broker.logging import get_logger
@@ -42,6 +42,9 @@ def main() -> int:
         except CannotListen as error:
             print(error.message, file=sys.stderr)
             return 1  # leaving the `with` stops the embedded Redis
+        except LegacyLayout as error:
+            print(error.message, file=sys.stderr)
+            return 2
     return 0
 
 

@@ -22,6 +22,9 @@ class Config:
     host: str = "0.0.0.0"
     port: int = 8080
     redis_url: str | None = None
+    redis_cluster: bool = False  #: REDIS_URL names one node of a Redis Cluster (SPEC S9)
+    redis_wait_replicas: int = 0  #: acknowledge writes only once this many replicas have them (WAIT)
+    redis_wait_timeout_ms: int = 1_000
     data_dir: str = "./data"
     hermes_url: str = "http://127.0.0.1:8642"
     hermes_api_key: str | None = attrs.field(default=None, repr=False)  # a secret: never printed
@@ -66,6 +69,8 @@ class Config:
         config = cls(**values)
         if config.board_enabled and not config.board_url:
             raise ConfigError("BOARD_URL is required when BOARD_ENABLED=true")
+        if config.redis_cluster and not config.redis_url:
+            raise ConfigError("REDIS_URL is required when REDIS_CLUSTER=true (the embedded Redis is no cluster)")
         return config
 
     def with_(self, **changes: Any) -> Config:
@@ -140,6 +145,9 @@ _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "HOST": ("host", _text),
     "PORT": ("port", _integer(0, 65535)),
     "REDIS_URL": ("redis_url", _redis_url),
+    "REDIS_CLUSTER": ("redis_cluster", _boolean),
+    "REDIS_WAIT_REPLICAS": ("redis_wait_replicas", _integer(0)),
+    "REDIS_WAIT_TIMEOUT": ("redis_wait_timeout_ms", _integer(1)),
     "DATA_DIR": ("data_dir", _text),
     "HERMES_URL": ("hermes_url", _url),
     "HERMES_API_KEY": ("hermes_api_key", _optional_text),

@@ -77,6 +77,17 @@ class Busy(Unavailable):
     code = "busy"
 
 
+class NotReplicated(Unavailable):
+    """Raised when fewer Redis replicas than REDIS_WAIT_REPLICAS confirmed a write in time (SPEC S9).
+
+    The write may stand on the master: a create retried with its Idempotency-Key replays it."""
+
+    def __init__(self, acknowledged: int, wanted: int) -> None:
+        super().__init__("The job was not replicated in time; retry with the same Idempotency-Key.")
+        self.acknowledged = acknowledged
+        self.wanted = wanted
+
+
 class StreamConflict(BrokerError):
     """Raised when an append expected another last stream id (another writer was first)."""
 
@@ -96,6 +107,17 @@ class LeaseLost(BrokerError):
 
 class ConfigError(BrokerError):
     """Raised when an environment variable is missing or does not parse."""
+
+
+class LegacyLayout(BrokerError):
+    """Raised at startup when the store holds keys of the layout before partitions (SPEC S9)."""
+
+    def __init__(self, found: list[str], command: str) -> None:
+        super().__init__(
+            f"Redis holds jobs of the key layout before partitions ({', '.join(found)}): stop every broker and run"
+            f" `{command}` once, then start again"
+        )
+        self.found = found
 
 
 class CannotListen(BrokerError):

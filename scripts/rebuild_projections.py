@@ -34,7 +34,7 @@ from broker.store.rebuild import RebuildStore
 
 
 async def rebuild(config: Config, redis_url: str, *, write: bool, job: str | None, every: int) -> Totals:
-    redis = connect(redis_url)
+    redis = connect(redis_url, cluster=config.redis_cluster)
     started = time.monotonic()
 
     def outcome(found: Outcome) -> None:

@@ -77,23 +77,23 @@ class Sender:
                     await self._slots.acquire()  # wait for a free slot before taking more work
                     self._slots.release()
                     entries = await self._store.read_outbox(self._consumer, MAX_DRAINS, READ_BLOCK_MS)
-                for job_id, ids in _by_job(entries).items():
+                for job_id, batch in _by_job(entries).items():
                     await self._slots.acquire()
-                    task = asyncio.create_task(self._handle(job_id, ids), name=f"board-{job_id}")
+                    task = asyncio.create_task(self._handle(job_id, batch), name=f"board-{job_id}")
                     self._tasks.add(task)
                     task.add_done_callback(self._tasks.discard)
         finally:
             await cancel_all(self._tasks)
 
-    async def _handle(self, job_id: str, entry_ids: list[str]) -> None:
+    async def _handle(self, job_id: str, entries: list[OutboxEntry]) -> None:
         try:
             if job_id:
                 await self.drain(job_id)
-            await self._store.done(entry_ids)
+            await self._store.done(entries)
         except asyncio.CancelledError:
             if job_id:
                 with contextlib.suppress(RedisError, OSError):  # else a claim after the idle time retries it
-                    await self._store.handover(job_id, entry_ids)
+                    await self._store.handover(job_id, entries)
             raise
         except (RedisError, OSError) as error:  # the entry stays pending; a later claim retries it
             extra = {"job": job_id, "error": repr(error)}
@@ -178,11 +178,11 @@ class Sender:
             return repr(error)
 
 
-def _by_job(entries: list[OutboxEntry]) -> dict[str, list[str]]:
+def _by_job(entries: list[OutboxEntry]) -> dict[str, list[OutboxEntry]]:
     """Outbox entries grouped by job: one drain delivers whatever the key holds by then."""
-    grouped: dict[str, list[str]] = {}
+    grouped: dict[str, list[OutboxEntry]] = {}
     for entry in entries:
-        grouped.setdefault(entry.job_id, []).append(entry.entry_id)
+        grouped.setdefault(entry.job_id, []).append(entry)
     return grouped
 
 

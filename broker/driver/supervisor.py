@@ -1,10 +1,12 @@
 """Claims work for this replica, runs one Runner per job under its lease, takes over, drains.
 
-Ownership is the run lease. The work stream is a doorbell (read through the `drivers` group and
-acknowledged at once): `line` rings the admission line, which grants slots to its head in
-arrival order (SPEC S4.1); `job` names a job to look at now. The due schedule is the memory: a
-job whose owner died becomes due when its lease would have been renewed, is promoted to the
-work stream, and is taken over; a job waiting in the line is due when its hold expires.
+Ownership is the run lease. The work stream is a doorbell, a hint only (read through the `drivers` group
+and acknowledged at once): `line` rings the admission pass, which grants slots to the heads of the
+partition lines in arrival order (SPEC S4.1); `job` names a job to look at now. The partitioned due
+schedules and lines are the memory: the admission pass runs every ADMIT_TICK_S and the promote loop every
+second without a doorbell, so a lost doorbell only delays. A job whose owner died becomes due when its
+lease would have been renewed, is promoted (a `job` doorbell) and taken over; a job waiting in the line is
+due when its hold expires.
 """
 
 from __future__ import annotations
@@ -138,11 +140,10 @@ class Supervisor:
                 continue  # a runner that ends rings the bell
             grants = await self._deps.gate.admit(self._deps.clock.now_ms(), free)
             wake_at = grants.wake_at_ms
-            for job_id in grants.jobs:
-                if not await self._claim(job_id, admitted=True):
-                    await self._deps.gate.store.requeue(job_id, "0")  # someone else looks at it; it keeps its place
+            for grant in grants.grants:  # each came with its run lease (admission_claim.lua)
+                self._start(grant.job_id, grant.token, admitted=True)
 
-    async def _claim(self, job_id: str, *, admitted: bool = False) -> bool:
+    async def _claim(self, job_id: str) -> bool:
         """Start a runner for the job under a new lease; False when it is driven already."""
         if job_id in self._runners:
             self._runners[job_id][0].nudge()
@@ -150,11 +151,14 @@ class Supervisor:
         token = new_token()
         if not await self._leases.acquire(job_id, token, self._deps.clock.now_ms()):
             return False  # another replica drives it
+        self._start(job_id, token, admitted=False)
+        return True
+
+    def _start(self, job_id: str, token: str, *, admitted: bool) -> None:
         self._log.debug("Acquired a run lease.", extra={"job": job_id, "replica": self.replica})
         runner = Runner(job_id, token, self._deps, admitted=admitted)
         task = asyncio.create_task(self._run(runner), name=f"runner-{job_id}")
         self._runners[job_id] = (runner, task)
-        return True
 
     async def _run(self, runner: Runner) -> None:
         job_id = runner.job_id

@@ -17,6 +17,7 @@ from broker.driver.runner import Deps
 from broker.driver.service import JobService
 from broker.driver.supervisor import Supervisor
 from broker.driver.writer import Writer
+from broker.errors import LegacyLayout
 from broker.hermes.client import AiohttpHermesClient, HermesClient
 from broker.http import health, routes, sse
 from broker.http.appkeys import (
@@ -42,8 +43,10 @@ from broker.metrics import Metrics
 from broker.store import work
 from broker.store.admission import AdmissionStore, Pacing
 from broker.store.connection import connect
+from broker.store.durability import Durability
 from broker.store.jobs import JobStore
 from broker.store.leases import Leases
+from broker.store.migrate import MIGRATION_COMMAND, legacy_keys
 
 MAX_BODY = 10_000_000
 
@@ -88,14 +91,24 @@ def _redis_context(url: str | None) -> Callable[[web.Application], AsyncIterator
     async def context(app: web.Application) -> AsyncIterator[None]:
         if url is None:
             raise RuntimeError("create_app needs a Redis URL (REDIS_URL, or the embedded server's)")
-        redis = connect(url)
-        log = get_logger("broker.http.app.Redis")
-        await redis.ping()
-        await work.ensure_group(redis)
-        log.info("Connected to Redis.", extra={"redis": _safe(url)})
         config = app[config_key]
+        redis = connect(url, cluster=config.redis_cluster)
+        log = get_logger("broker.http.app.Redis")
+        try:
+            await redis.ping()
+            found = await legacy_keys(redis)
+            if found:
+                raise LegacyLayout(found, MIGRATION_COMMAND)
+            await work.ensure_group(redis)
+        except BaseException:
+            await redis.aclose()
+            raise
+        log.info("Connected to Redis.", extra={"redis": _safe(url), "cluster": config.redis_cluster})
         app[redis_key] = redis
-        app[store_key] = JobStore(redis, retention_ms=config.runs_retention_ms, hold_ms=config.runs_hold_ms)
+        durability = Durability(config.redis_wait_replicas, config.redis_wait_timeout_ms)
+        app[store_key] = JobStore(
+            redis, retention_ms=config.runs_retention_ms, hold_ms=config.runs_hold_ms, durability=durability
+        )
         app[admission_key] = AdmissionStore(redis, Pacing.from_config(config))
         board = BoardSettings.from_config(config)
         app[writer_key] = Writer(app[store_key], app[clock_key], app[metrics_key], board)

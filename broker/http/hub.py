@@ -1,5 +1,7 @@
-"""The event hub: ONE `XREAD BLOCK` reader per replica over every followed job stream, fanned out to
-per-subscriber buffers, so the Redis connections used for SSE never grow with the clients (STYLE A.8 #1).
+"""The event hub: `XREAD BLOCK` readers over every followed job stream, fanned out to per-subscriber
+buffers, so the Redis connections used for SSE never grow with the clients (STYLE A.8 #1). On a single
+Redis one reader (a "lane") follows every stream; on a cluster an XREAD must name keys of one slot, so
+there is one lane per partition that has subscribers (at most PARTITIONS), each on the node of its slot.
 
 Handoff contract (no gaps, no duplicates): a subscriber registers with `subscribe(job, last)` and THEN
 reads the stream after `last` itself (XRANGE). Every read the hub dispatches after the registration reaches
@@ -24,6 +26,8 @@ from redis.exceptions import RedisError
 
 from broker.events import JobEvent
 from broker.logging import get_logger
+from broker.store import keys
+from broker.store.connection import is_cluster
 from broker.store.live import LiveReader, UnblockRefused
 from broker.tasks import cancel_all
 from projections.feed import shown
@@ -126,32 +130,30 @@ class _Follow:
 
 
 class Hub:
-    """The replica's one live reader. `start()`/`stop()` with the app; `subscribe()`/`unsubscribe()` per client."""
+    """The replica's live readers. `start()`/`stop()` with the app; `subscribe()`/`unsubscribe()` per client."""
 
     def __init__(self, redis: Redis, *, queue_limit: int = QUEUE_LIMIT, block_ms: int = BLOCK_MS) -> None:
         self._redis = redis
+        self._per_partition = is_cluster(redis)
         self.queue_limit = queue_limit  #: frames buffered per new subscriber
-        self.overflows = 0  #: subscribers that fell back to XRANGE (slow clients)
         self._block_ms = block_ms
-        self._follows: dict[str, _Follow] = {}
-        self._changed = asyncio.Event()
-        self._version = 0  #: bumped when a stream joins the followed set
-        self._reading: int | None = None  #: the version the in-flight XREAD was issued for
-        self._unblocker: asyncio.Task[None] | None = None
-        self._can_unblock = True
-        self._reader = LiveReader(redis)
+        self._lanes: dict[int, _Lane] = {}
+        self._started = False
         self.stopping = asyncio.Event()  #: set on shutdown: every stream ends
-        self._task: asyncio.Task[None] | None = None
-        self._log = get_logger(type(self))
 
     @property
     def client_id(self) -> int | None:
-        """CLIENT ID of the reader's connection (tests kill it)."""
-        return self._reader.client_id
+        """CLIENT ID of the first lane's reader connection (tests kill it)."""
+        return next((lane.reader.client_id for lane in self._lanes.values()), None)
 
     @property
     def subscribers(self) -> int:
-        return sum(len(follow.subscribers) for follow in self._follows.values())
+        return sum(lane.subscribers for lane in self._lanes.values())
+
+    @property
+    def overflows(self) -> int:
+        """Subscribers that fell back to XRANGE (slow clients)."""
+        return sum(lane.overflows for lane in self._lanes.values())
 
     def subscribe(self, job_id: str, after: str) -> Subscription:
         """Register a subscriber that has sent everything up to `after` (see the module's handoff contract)."""
@@ -159,16 +161,73 @@ class Hub:
         if self.stopping.is_set():
             subscription.close()
             return subscription
-        follow = self._follows.get(job_id)
+        self._lane(job_id).follow(subscription, after)
+        return subscription
+
+    def unsubscribe(self, subscription: Subscription) -> None:
+        lane = self._lanes.get(self._lane_of(subscription.job_id))
+        if lane is not None:
+            lane.unfollow(subscription)
+
+    def close_subscribers(self) -> None:
+        """Shutdown: end every open stream (clients resume elsewhere with their last id)."""
+        self.stopping.set()
+        for lane in self._lanes.values():
+            lane.close_subscribers()
+
+    async def start(self) -> None:
+        self._started = True
+        for lane in self._lanes.values():
+            lane.start()
+
+    async def stop(self) -> None:
+        self._started = False
+        await asyncio.gather(*(lane.stop() for lane in self._lanes.values()))
+
+    def _lane_of(self, job_id: str) -> int:
+        return keys.partition_of(job_id) if self._per_partition else 0
+
+    def _lane(self, job_id: str) -> _Lane:
+        number = self._lane_of(job_id)
+        lane = self._lanes.get(number)
+        if lane is None:
+            reader = LiveReader(self._redis, route=keys.events(job_id) if self._per_partition else None)
+            lane = self._lanes[number] = _Lane(reader, self._block_ms)
+            if self._started:
+                lane.start()
+        return lane
+
+
+class _Lane:
+    """One live reader over the followed streams of one slot (a cluster) or of every job (a single Redis)."""
+
+    def __init__(self, reader: LiveReader, block_ms: int) -> None:
+        self.reader = reader
+        self.overflows = 0
+        self._block_ms = block_ms
+        self._follows: dict[str, _Follow] = {}
+        self._changed = asyncio.Event()
+        self._version = 0  #: bumped when a stream joins the followed set
+        self._reading: int | None = None  #: the version the in-flight XREAD was issued for
+        self._unblocker: asyncio.Task[None] | None = None
+        self._can_unblock = True
+        self._task: asyncio.Task[None] | None = None
+        self._log = get_logger(Hub)
+
+    @property
+    def subscribers(self) -> int:
+        return sum(len(follow.subscribers) for follow in self._follows.values())
+
+    def follow(self, subscription: Subscription, after: str) -> None:
+        follow = self._follows.get(subscription.job_id)
         if follow is None:
-            follow = self._follows[job_id] = _Follow(after)
+            follow = self._follows[subscription.job_id] = _Follow(after)
             self._version += 1
             self._changed.set()
             self._wake_reader()
         follow.subscribers.add(subscription)
-        return subscription
 
-    def unsubscribe(self, subscription: Subscription) -> None:
+    def unfollow(self, subscription: Subscription) -> None:
         follow = self._follows.get(subscription.job_id)
         if follow is not None:
             follow.subscribers.discard(subscription)
@@ -176,14 +235,13 @@ class Hub:
                 del self._follows[subscription.job_id]  # the next XREAD leaves it out
 
     def close_subscribers(self) -> None:
-        """Shutdown: end every open stream (clients resume elsewhere with their last id)."""
-        self.stopping.set()
         for follow in self._follows.values():
             for subscription in follow.subscribers:
                 subscription.close()
 
-    async def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="event-hub")
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="event-hub")
 
     async def stop(self) -> None:
         self._follows.clear()
@@ -193,9 +251,10 @@ class Hub:
             task.cancel()
             done, _ = await asyncio.wait({task}, timeout=0.2)
             if not done:
-                await self._reader.drop()  # a blocked read can outlive its cancellation: close its socket
+                await self.reader.drop()  # a blocked read can outlive its cancellation: close its socket
             await cancel_all([task])
-        await self._reader.close()
+        self._task = None
+        await self.reader.close()
 
     async def _run(self) -> None:
         backoff = BACKOFF_S[0]
@@ -211,14 +270,14 @@ class Hub:
             except (RedisError, OSError, TimeoutError) as error:
                 _reraise_cancellation()  # redis-py may turn a cancelled read into a ConnectionError
                 self._log.warning("Lost the event hub's Redis connection.", extra={"error": repr(error)})
-                await self._reader.drop()
+                await self.reader.drop()
                 await asyncio.sleep(backoff * (1 + random.random()))
                 backoff = min(backoff * 2, BACKOFF_S[1])
             except Exception:
                 _reraise_cancellation()
                 # The loop guard: a bug must not end live delivery for every client of the replica.
                 self._log.exception("Failed to read job events.")
-                await self._reader.drop()
+                await self.reader.drop()
                 await asyncio.sleep(BACKOFF_S[1])
 
     async def _read_once(self) -> None:
@@ -227,7 +286,7 @@ class Hub:
         block_ms = self._block_ms if self._can_unblock else min(self._block_ms, FALLBACK_BLOCK_MS)
         self._reading = self._version
         try:
-            read = await self._reader.read(
+            read = await self.reader.read(
                 [(job_id, follow.cursor) for job_id, follow in follows], count=READ_COUNT, block_ms=block_ms
             )
         finally:
@@ -253,7 +312,7 @@ class Hub:
             if reading is None or reading >= self._version:
                 return  # the next XREAD already includes the new streams
             try:
-                if await self._reader.unblock():
+                if await self.reader.unblock():
                     return
             except UnblockRefused as error:  # fall back to short blocks
                 self._can_unblock = False

@@ -1,8 +1,16 @@
 """The admission line and slots in Redis (SPEC S4.1): grant, accept, refuse, release, renew, read.
 
-Every write is one script over the `{adm}` keys (one Cluster slot). A slot is keyed by its job:
-the job's run lease decides who holds it, its expiry (renewed with the lease) returns a dead
-replica's slots within RUNS_LEASE.
+The slots and the limit are one cluster-wide set in the `{adm}` slot (Hermes is one resource); the line is
+per partition (`hbr:{pN}:line`, entered and left by the job write). A pass (`admit`):
+  1. reads the heads of every partition's line (one pipeline) and merges them oldest first;
+  2. reserves up to n slots in `{adm}` (admission_admit.lua: the limit, probe pacing);
+  3. for each head in order, claims it (admission_claim.lua, the job's slot: off the line, its run lease
+     taken, due for takeover) and gives it a reserved slot (admission_grant.lua); a head another replica
+     took is skipped;
+  4. gives the unused reservations back (admission_unreserve.lua).
+A crash between steps loses nothing: a reservation expires by itself (RUNS_LEASE) and a claimed job is
+due for takeover. A slot is keyed by its job: the job's run lease decides who holds it, its expiry
+(renewed with the lease) returns a dead replica's slots within RUNS_LEASE.
 """
 
 from __future__ import annotations
@@ -17,16 +25,27 @@ from broker.admission.state import INITIAL_LIMIT, QUIET_MS, LineState, oldest_wa
 from broker.config import Config
 from broker.events import HoldReason
 from broker.store import keys
+from broker.store.leases import new_token
 from broker.store.scripts import Scripts
 
 _REASONS = frozenset(reason.value for reason in HoldReason)
-_KEYS = [keys.ADMISSION_STATE, keys.ADMISSION_LINE, keys.ADMISSION_LIVE, keys.ADMISSION_SLOTS]
+_KEYS = [keys.ADMISSION_STATE, keys.ADMISSION_LIVE, keys.ADMISSION_SLOTS]
+
+
+@frozen
+class Grant:
+    job_id: str
+    token: str  #: the run lease taken with the grant
 
 
 @frozen
 class Grants:
-    jobs: list[str]  #: granted, oldest first
+    grants: list[Grant]  #: granted, oldest first, each with its run lease
     wake_at_ms: int | None  #: when a probe may go while Hermes refuses
+
+    @property
+    def jobs(self) -> list[str]:
+        return [grant.job_id for grant in self.grants]
 
 
 @frozen
@@ -71,13 +90,49 @@ class AdmissionStore:
         self.pacing = pacing
 
     async def admit(self, now_ms: int, most: int) -> Grants:
-        """Take up to `most` jobs off the head of the line, each with a slot, as far as the limit allows."""
+        """Take up to `most` jobs off the heads of the lines, oldest first, each with a slot and its run
+        lease, as far as the limit allows."""
+        heads = await self._heads(most)
+        if not heads:
+            return Grants([], None)
         p = self.pacing
         reply = _ints_and_ids(
-            await self._scripts.admission_admit(keys=_KEYS, args=[now_ms, most, p.slot_ttl_ms, p.pinned, INITIAL_LIMIT])
+            await self._scripts.admission_admit(
+                keys=_KEYS,
+                args=[now_ms, min(most, len(heads)), p.slot_ttl_ms, p.pinned, INITIAL_LIMIT, new_token()],
+            )
         )
-        wake = int(reply[0])
-        return Grants(reply[1:], wake or None)
+        wake, reservations = int(reply[0]), reply[1:]
+        grants: list[Grant] = []
+        for job_id in heads:
+            if len(grants) == len(reservations):
+                break
+            token, partition = new_token(), keys.partition_of(job_id)
+            claimed = _ints_and_ids(
+                await self._scripts.admission_claim(
+                    keys=[keys.line(partition), keys.lease(job_id), keys.due(partition)],
+                    args=[job_id, token, p.slot_ttl_ms, now_ms + p.slot_ttl_ms],
+                )
+            )
+            if claimed[0] != "1":
+                continue  # another replica took it (or drives it): the next head
+            await self._scripts.admission_grant(
+                keys=_KEYS, args=[reservations[len(grants)], job_id, claimed[1], now_ms, p.slot_ttl_ms]
+            )
+            grants.append(Grant(job_id, token))
+        unused = reservations[len(grants) :]
+        if unused:
+            await self._scripts.admission_unreserve(keys=[keys.ADMISSION_STATE, keys.ADMISSION_LIVE], args=unused)
+        return Grants(grants, wake or None)
+
+    async def _heads(self, most: int) -> list[str]:
+        """The oldest `most` waiting jobs over every partition's line, oldest first."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for partition in keys.partitions():
+                pipe.zrange(keys.line(partition), 0, most - 1, withscores=True)
+            replies = await pipe.execute()
+        merged = sorted((score, job_id) for reply in replies for job_id, score in cast(list[tuple[str, float]], reply))
+        return [job_id for _, job_id in merged[:most]]
 
     async def accepted(self, job_id: str, now_ms: int) -> Acceptance:
         p = self.pacing
@@ -118,8 +173,9 @@ class AdmissionStore:
                 INITIAL_LIMIT,
             ],
         )
-        retry_at, began, limit, changed = (int(x) for x in cast(list[int], reply))
-        return Refusal(retry_at, began == 1, limit, changed == 1)
+        retry_at, began, limit, changed, back = _ints_and_ids(reply)
+        await self.enter(job_id, back)
+        return Refusal(int(retry_at), began == "1", int(limit), changed == "1")
 
     async def release(self, job_id: str, *, freed: bool) -> bool:
         """Give the job's slot up; True when this ended a refusal (a settled run freed the slot)."""
@@ -130,7 +186,8 @@ class AdmissionStore:
         return int(cast(list[int], reply)[1]) == 1
 
     async def requeue(self, job_id: str, place: str) -> None:
-        await self._scripts.admission_requeue(keys=_KEYS, args=[job_id, place])
+        back = await self._scripts.admission_requeue(keys=_KEYS, args=[job_id, place])
+        await self.enter(job_id, back.decode() if isinstance(back, bytes) else str(back))
 
     async def hold(self, job_ids: Iterable[str], now_ms: int, *, renew_only: bool = False) -> None:
         """(Re)take the slots of live runs this replica drives: renewals (`renew_only`) and takeovers."""
@@ -141,25 +198,27 @@ class AdmissionStore:
 
     async def enter(self, job_id: str, place: str) -> None:
         """Make sure a waiting job is in the line (jobs of an older broker, or after a lost write)."""
-        await self._redis.zadd(keys.ADMISSION_LINE, {job_id: float(place)}, nx=True)
+        await self._redis.zadd(keys.line(keys.partition_of(job_id)), {job_id: float(place)}, nx=True)
 
     async def state(self, now_ms: int) -> LineState:
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.hgetall(keys.ADMISSION_STATE)
             pipe.zcount(keys.ADMISSION_LIVE, f"({now_ms}", "+inf")
-            pipe.zcard(keys.ADMISSION_LINE)
-            pipe.zrange(keys.ADMISSION_LINE, 0, 0, withscores=True)
-            fields, live, waiting, head = await pipe.execute()
+            for partition in keys.partitions():
+                pipe.zcard(keys.line(partition))
+                pipe.zrange(keys.line(partition), 0, 0, withscores=True)
+            fields, live, *lines = await pipe.execute()
         s = cast(dict[str, str], fields)
         refusing = s.get("refusing", "")
-        heads = cast(list[tuple[str, float]], head)
+        waiting = sum(int(count) for count in lines[::2])
+        heads = sorted((score, job_id) for head in lines[1::2] for job_id, score in cast(list[tuple[str, float]], head))
         pinned = self.pacing.pinned
         return LineState(
             limit=pinned or int(s.get("limit") or INITIAL_LIMIT),
             learnt=pinned == 0,
             live=int(live),
-            waiting=int(waiting),
-            oldest_wait_ms=oldest_wait_ms(repr(heads[0][1]) if heads else None, now_ms),
+            waiting=waiting,
+            oldest_wait_ms=oldest_wait_ms(repr(heads[0][0]) if heads else None, now_ms),
             refusing=HoldReason(refusing) if refusing in _REASONS else None,
             detail=s.get("detail", ""),
             since_ms=int(s.get("since") or 0),

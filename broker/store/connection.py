@@ -1,8 +1,15 @@
-"""Redis clients: one pooled client per replica, replies decoded to str."""
+"""Redis clients: one pooled client per replica, replies decoded to str; a cluster client with REDIS_CLUSTER.
+
+The rest of the broker types its client as `Redis`: redis-py's asyncio `RedisCluster` offers the same
+commands, scripts (routed by their first key) and pipelines (split per node), and follows MOVED/ASK and
+failovers itself. The few places that differ ask `is_cluster`.
+"""
 
 from __future__ import annotations
 
-from redis.asyncio import BlockingConnectionPool, Redis
+from typing import cast
+
+from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError, TimeoutError
@@ -11,10 +18,19 @@ MAX_CONNECTIONS = 32
 POOL_WAIT_S = 10
 
 
-def connect(url: str, *, max_connections: int = MAX_CONNECTIONS) -> Redis:
+def connect(url: str, *, max_connections: int = MAX_CONNECTIONS, cluster: bool = False) -> Redis:
     """A bounded client: past `max_connections` a command waits for a free connection instead of
     failing (redis-py's default pool raises, STYLE A.8 #1), and a command is retried through a
     brief disconnect (Redis restart, failover)."""
+    if cluster:
+        client = RedisCluster.from_url(
+            url,
+            decode_responses=True,
+            max_connections=max_connections,
+            socket_connect_timeout=5,
+            retry=Retry(ExponentialBackoff(cap=2, base=0.05), retries=12),
+        )
+        return cast(Redis, client)
     pool = BlockingConnectionPool.from_url(
         url,
         decode_responses=True,
@@ -26,3 +42,7 @@ def connect(url: str, *, max_connections: int = MAX_CONNECTIONS) -> Redis:
         retry_on_error=[ConnectionError, TimeoutError],
     )
     return Redis.from_pool(pool)  # the client owns the pool: aclose() disconnects it
+
+
+def is_cluster(redis: object) -> bool:
+    return isinstance(redis, RedisCluster)

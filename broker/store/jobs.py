@@ -13,7 +13,8 @@ from broker.codec import decode, decode_board, decode_view, encode, encode_board
 from broker.errors import JobNotFound, LeaseLost, StreamConflict
 from broker.events import JobCreated, JobEvent
 from broker.store import keys
-from broker.store.scripts import Scripts, as_strings
+from broker.store.durability import Durability
+from broker.store.scripts import Scripts, as_strings, ring_work
 from projections.board import BoardState
 from projections.job import JobView, fold
 
@@ -51,9 +52,11 @@ class BoardWrite:
 class JobStore:
     """Reads and writes job streams; every write is one Lua script, one round trip."""
 
-    def __init__(self, redis: Redis, *, retention_ms: int, hold_ms: int = 2_400_000) -> None:
+    def __init__(
+        self, redis: Redis, *, retention_ms: int, hold_ms: int = 2_400_000, durability: Durability | None = None
+    ) -> None:
         self._redis = redis
-        self._scripts = Scripts(redis)
+        self._scripts = Scripts(redis, durability)
         self._retention_ms = retention_ms
         self._hold_ms = hold_ms  # a job still waiting in the line by then is woken to expire (RUNS_HOLD)
 
@@ -61,10 +64,10 @@ class JobStore:
         """Store `event` and its view, put the job in the admission line and ring the work stream for it,
         unless the job id exists already."""
         reply = await self._write(
-            event.job_id, [event], view, expected="$new", ring="line", due_at=event.at_ms + self._hold_ms,
-            board=board,
-        )  # fmt: skip
+            event.job_id, [event], view, expected="$new", due_at=event.at_ms + self._hold_ms, board=board
+        )
         if reply[0] == "OK":
+            await ring_work(self._redis, {"line": event.job_id})  # a hint: the line is looked at anyway
             return Created(Snapshot(view, reply[1], board.state if board else None), created=True)
         existing = decode_view(reply[1]) or (await self._refold(event.job_id)).view
         return Created(Snapshot(existing, ""), created=False)
@@ -104,18 +107,16 @@ class JobStore:
         *,
         expected: str,
         token: str | None = None,
-        ring: str | None = None,
         due_at: int | None = None,
         board: BoardWrite | None = None,
     ) -> list[str]:
+        """One append_events.lua over the job's partition (one slot); acknowledged after WAIT when asked."""
         write: dict[str, object] = {
             "job": job_id,
             "expect": expected,
             "token": token or "",
             "retention": str(self._retention_ms),
         }
-        if ring is not None:
-            write["ring"] = ring
         if due_at is not None:
             write["due"] = str(due_at)
         if expected == "$new":
@@ -133,18 +134,19 @@ class JobStore:
                     "refresh": str(board.refresh_ms),
                     "now": str(board.now_ms),
                 }
-        reply = await self._scripts.append_events(
+        partition = keys.partition_of(job_id)
+        reply = await self._scripts.run(
+            self._scripts.append_events,
             keys=[
                 keys.events(job_id),
                 keys.view(job_id),
                 keys.lease(job_id),
-                keys.WORK,
-                keys.DUE,
+                keys.due(partition),
                 keys.board(job_id),
-                keys.BOARD_OUTBOX,
-                keys.BOARD_DUE,
-                keys.BOARD_INDEX,
-                keys.ADMISSION_LINE,
+                keys.board_outbox(partition),
+                keys.board_due(partition),
+                keys.board_index(partition),
+                keys.line(partition),
             ],
             args=[orjson.dumps(write), encode_view(view), state, report, *(encode(event) for event in events)],
         )
@@ -168,7 +170,7 @@ class JobStore:
 
     async def job_ids(self) -> AsyncIterator[str]:
         """Every stored job (SCAN over event streams): for tools such as the projection rebuild."""
-        async for key in self._redis.scan_iter(match=keys.events("*"), count=500):
+        async for key in self._redis.scan_iter(match=keys.EVENTS_MATCH, count=500):
             job_id = keys.job_id_of(key)
             if job_id:
                 yield job_id

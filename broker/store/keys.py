@@ -1,65 +1,121 @@
 """The Redis key schema, declared once. No key string appears anywhere else.
 
-key               type    holds                                               TTL / writer
-hbr:{J}:events    stream  the job's events, field `e` = JSON; id = SSE id     RUNS_RETENTION; http, driver (fenced)
-hbr:{J}:view      hash    `state` = job view JSON, `last_id` = id folded to   RUNS_RETENTION; same script as append
-hbr:{J}:lease     string  run lease token                                     RUNS_LEASE; driver
-hbr:{J}:board     hash    latest board report, pending and acked versions     until expiry; same script as append
-hbr:work          stream  doorbells: job ids to drive; group `drivers`; ~100k  acked+deleted; http, scheduler
-hbr:due           zset    job id -> epoch ms of its next wake-up              none; driver
-hbr:board:outbox  stream  due board deliveries; group `senders`               acked; projector, scheduler
-hbr:board:due     zset    key -> when a coalesced refresh is due              none; projector
-hbr:board:index   zset    key -> sourceActivityAt + HERMES_TTL                none; projector
-hbr:lock:<name>   string  token-owned locks                                   lock TTL; sender, reconciler
-  hbr:lock:board:<J>       one board key's deliveries                       longest delivery; sender
-  hbr:lock:board:reconcile one reconciliation pass per interval             BOARD_RECONCILE_INTERVAL; reconciler
-hbr:signals       pubsub  job ids whose owner should re-read their stream     -; http (stop, approval)
-hbr:{adm}:line    zset    jobs waiting for Hermes -> arrival order (S4.1)     none; job write (enter/leave), admission
-hbr:{adm}:live    zset    jobs holding an admission slot -> slot expiry ms    none; admission (granted, renewed, freed)
-hbr:{adm}:slots   hash    job holding a slot -> its place in the line         none; admission
-hbr:{adm}:state   hash    the learnt limit and the refusal (probe) state      none; admission
+Every job belongs to one of PARTITIONS partitions, a pure function of its id (`partition_of`). The
+partition's tag `{pN}` is a Redis Cluster hash tag shared by the job's own keys and by the partition's
+schedule, admission line and board structures, so every atomic write of a job (one Lua script) touches
+one hash slot, and the partitions spread the jobs over every master of a cluster (SPEC S9, DESIGN §6).
+The same layout serves a single Redis: there the partitions cost a few more keys.
 
-`{J}` is the job id as a Redis Cluster hash tag: every per-job key lives in one slot, so every
-per-job atomic write is one Lua script on one node. The admission keys share the tag `{adm}`, so
-every admission script touches one slot (the job write's line entry is still a second slot, like
-`hbr:work`: SPEC S9 partitions them).
+key                          type    holds                                             TTL / writer
+hbr:{pN}:J:events            stream  the job's events, field `e` = JSON; id = SSE id   RUNS_RETENTION; job write
+hbr:{pN}:J:view              hash    `state` = view JSON, `last_id` = id folded to     RUNS_RETENTION; job write
+hbr:{pN}:J:lease             string  run lease token                                   RUNS_LEASE; driver
+hbr:{pN}:J:board             hash    latest board report, pending and acked versions   until expiry; job write
+hbr:{pN}:due                 zset    job id -> epoch ms of its next wake-up (memory)   none; job write, driver
+hbr:{pN}:line                zset    jobs waiting for Hermes -> arrival order (S4.1)   none; job write, claim
+hbr:{pN}:board:outbox        stream  due board deliveries; group `senders`             acked; job write, promoter
+hbr:{pN}:board:due           zset    job id -> when a coalesced refresh is due         none; job write, sender
+hbr:{pN}:board:index         zset    job id -> sourceActivityAt + HERMES_TTL           none; job write
+hbr:{work}                   stream  doorbells (hints): `line` / `job`; group drivers   acked+deleted; after writes
+hbr:lock:<name>              string  token-owned locks                                 lock TTL; sender, reconciler
+  hbr:lock:board:<J>         one board key's deliveries                                longest delivery; sender
+  hbr:lock:board:reconcile   one reconciliation pass per interval                      BOARD_RECONCILE_INTERVAL
+hbr:signals                  pubsub  job ids whose owner should re-read their stream   -; http (stop, approval)
+hbr:{adm}:live               zset    jobs (or reservations) holding an admission slot  none; admission
+hbr:{adm}:slots              hash    job holding a slot -> its place in the line       none; admission
+hbr:{adm}:state              hash    the learnt limit and the refusal (probe) state    none; admission
+
+The work stream is only a wake-up hint, written right after the job write (same round trip on a single
+Redis): the due schedules and lines are the durable memory, looked at periodically by every replica, so a
+lost doorbell costs a tick, never a job. The admission slots and the limit stay one cluster-wide set in
+the `{adm}` slot (Hermes is one resource); the line is per partition.
+
+Keys of the layout before partitions (broker <= 0.x, "layout 1"): `hbr:{J}:*`, `hbr:work`, `hbr:due`,
+`hbr:board:*`, `hbr:{adm}:line`. The broker refuses to start on them; `python scripts/migrate_layout.py`
+moves them (broker/store/migrate.py).
 """
 
 from __future__ import annotations
 
+import zlib
+
 PREFIX = "hbr"
 EVENT_FIELD = "e"
+#: Fixed forever for a store: a job's partition is derived from its id. SPEC S2 adds no variable for it.
+PARTITIONS = 64
 
-WORK = f"{PREFIX}:work"
+WORK = f"{PREFIX}:{{work}}"
 WORK_GROUP = "drivers"
-DUE = f"{PREFIX}:due"
 SIGNALS = f"{PREFIX}:signals"  # pub/sub: a job id whose owner should look at its stream now
-BOARD_OUTBOX = f"{PREFIX}:board:outbox"
 BOARD_OUTBOX_GROUP = "senders"
-BOARD_DUE = f"{PREFIX}:board:due"
-BOARD_INDEX = f"{PREFIX}:board:index"
 
 _ADMISSION = f"{PREFIX}:{{adm}}"
-ADMISSION_LINE = f"{_ADMISSION}:line"
 ADMISSION_LIVE = f"{_ADMISSION}:live"
 ADMISSION_SLOTS = f"{_ADMISSION}:slots"
 ADMISSION_STATE = f"{_ADMISSION}:state"
+#: Members of ADMISSION_LIVE that reserve a slot before a job is chosen for it (start with this).
+RESERVATION_PREFIX = "~"
+
+#: Every partition's events stream, as a SCAN pattern.
+EVENTS_MATCH = f"{PREFIX}:{{p*}}:*:events"
+
+
+def partition_of(job_id: str) -> int:
+    """The job's partition: a pure function of its id (CRC-32, as every tool can compute it)."""
+    return zlib.crc32(job_id.encode()) % PARTITIONS
+
+
+def partitions() -> range:
+    return range(PARTITIONS)
+
+
+def _tag(partition: int) -> str:
+    return f"{PREFIX}:{{p{partition}}}"
+
+
+def _job(job_id: str) -> str:
+    return f"{_tag(partition_of(job_id))}:{job_id}"
 
 
 def events(job_id: str) -> str:
-    return f"{PREFIX}:{{{job_id}}}:events"
+    return f"{_job(job_id)}:events"
 
 
 def view(job_id: str) -> str:
-    return f"{PREFIX}:{{{job_id}}}:view"
+    return f"{_job(job_id)}:view"
 
 
 def lease(job_id: str) -> str:
-    return f"{PREFIX}:{{{job_id}}}:lease"
+    return f"{_job(job_id)}:lease"
 
 
 def board(job_id: str) -> str:
-    return f"{PREFIX}:{{{job_id}}}:board"
+    return f"{_job(job_id)}:board"
+
+
+def job_match(job_id: str) -> str:
+    """A SCAN pattern for every key of one job."""
+    return f"{_job(job_id)}:*"
+
+
+def due(partition: int) -> str:
+    return f"{_tag(partition)}:due"
+
+
+def line(partition: int) -> str:
+    return f"{_tag(partition)}:line"
+
+
+def board_outbox(partition: int) -> str:
+    return f"{_tag(partition)}:board:outbox"
+
+
+def board_due(partition: int) -> str:
+    return f"{_tag(partition)}:board:due"
+
+
+def board_index(partition: int) -> str:
+    return f"{_tag(partition)}:board:index"
 
 
 def lock(name: str) -> str:
@@ -75,6 +131,37 @@ BOARD_RECONCILE_LOCK = lock("board:reconcile")
 
 
 def job_id_of(key: str) -> str | None:
-    """The job id inside a per-job key (for SCAN-based tools), or None."""
-    start, end = key.find("{"), key.find("}")
-    return key[start + 1 : end] if 0 <= start < end else None
+    """The job id inside a per-job key `hbr:{pN}:J:kind` (for SCAN-based tools), or None."""
+    head, sep, rest = key.partition("}:")
+    if not sep or not head.startswith(f"{PREFIX}:{{p"):
+        return None
+    job_id, sep, _ = rest.rpartition(":")
+    return job_id if sep and job_id else None
+
+
+def partition_of_key(key: str) -> int | None:
+    """The partition a partitioned key belongs to, or None."""
+    start, end = key.find("{p"), key.find("}")
+    digits = key[start + 2 : end] if 0 <= start < end else ""
+    return int(digits) if digits.isdigit() else None
+
+
+class Legacy:
+    """Key names of layout 1 (before partitions): read only by the migration and the startup guard."""
+
+    WORK = f"{PREFIX}:work"
+    DUE = f"{PREFIX}:due"
+    BOARD_OUTBOX = f"{PREFIX}:board:outbox"
+    BOARD_DUE = f"{PREFIX}:board:due"
+    BOARD_INDEX = f"{PREFIX}:board:index"
+    ADMISSION_LINE = f"{_ADMISSION}:line"
+    GLOBALS = (WORK, DUE, BOARD_OUTBOX, BOARD_DUE, BOARD_INDEX, ADMISSION_LINE)
+    JOB_MATCH = f"{PREFIX}:{{job_*}}:*"
+
+    @staticmethod
+    def job_key_parts(key: str) -> tuple[str, str] | None:
+        """(job id, kind) of a layout-1 job key `hbr:{J}:kind`, or None."""
+        if not key.startswith(f"{PREFIX}:{{job_"):
+            return None
+        head, sep, kind = key.partition("}:")
+        return (head[len(PREFIX) + 2 :], kind) if sep else None

@@ -1,7 +1,9 @@
 """The live reader: one dedicated connection running `XREAD BLOCK` over many job streams at once.
 
-The event hub holds one per replica, so SSE never needs a connection per client (STYLE A.8 #1). A blocked
-read is woken by `CLIENT UNBLOCK` from the pooled client when the set of streams changes.
+The event hub holds one per replica (one per partition with subscribers on a cluster), so SSE never needs a
+connection per client (STYLE A.8 #1). A blocked read is woken by `CLIENT UNBLOCK` from the pooled client
+when the set of streams changes. On a cluster the reader's connection is one of the pool of the node that
+owns its slot (`route`, a key of the slot), re-picked after every error, so it follows a failover.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from contextlib import suppress
 from typing import cast
 
 from redis.asyncio import Redis
-from redis.asyncio.connection import AbstractConnection
+from redis.asyncio.cluster import ClusterNode
+from redis.asyncio.connection import AbstractConnection, Connection
 from redis.exceptions import RedisError, ResponseError
 
 from broker.codec import decode
@@ -26,8 +29,10 @@ class UnblockRefused(Exception):
 
 
 class LiveReader:
-    def __init__(self, redis: Redis) -> None:
+    def __init__(self, redis: Redis, *, route: str | None = None) -> None:
         self._redis = redis
+        self._route = route  #: on a cluster: a key of the slot every stream read here lives in
+        self._node: ClusterNode | None = None
         self._connection: AbstractConnection | None = None
         self.client_id: int | None = None  #: CLIENT ID of the reader's connection (None while disconnected)
 
@@ -52,27 +57,41 @@ class LiveReader:
         if self.client_id is None:
             return False
         try:
+            if self._node is not None:
+                return bool(await self._redis.client_unblock(self.client_id, target_nodes=self._node))
             return bool(await self._redis.client_unblock(self.client_id))
         except ResponseError as error:
             raise UnblockRefused(str(error)) from None
 
     async def drop(self) -> None:
-        """Forget the connection after an error; the next read reconnects."""
+        """Forget the connection after an error; the next read reconnects (on a cluster: to the node that
+        owns the slot then, after a refresh of the topology)."""
         self.client_id = None
         if self._connection is not None:
             with suppress(RedisError, OSError):
                 await self._connection.disconnect()
+        if self._node is not None:
+            await self.close()
+            with suppress(RedisError, OSError):
+                await self._redis.nodes_manager.initialize()  # type: ignore[attr-defined]  # a RedisCluster
 
     async def close(self) -> None:
         connection, self._connection = self._connection, None
+        node, self._node = self._node, None
         self.client_id = None
         if connection is not None:
             with suppress(RedisError, OSError):
                 await connection.disconnect()
-            await self._redis.connection_pool.release(connection)
+            if node is not None:
+                node.release(cast(Connection, connection))
+            else:
+                await self._redis.connection_pool.release(connection)
 
     async def _connect(self) -> AbstractConnection:
-        """One connection of the app's pool, held for the reader's lifetime."""
+        """One connection of the app's pool (of the slot's node), held for the reader's lifetime."""
+        if self._connection is None and self._route is not None:
+            self._node = cast(ClusterNode, self._redis.get_node_from_key(self._route))  # type: ignore[attr-defined]
+            self._connection = self._node.acquire_connection()
         if self._connection is None:
             # redis-py leaves these two untyped
             get_connection = cast(

@@ -80,9 +80,9 @@ class RebuildStore:
                 keys.events(job_id),
                 keys.view(job_id),
                 keys.board(job_id),
-                keys.BOARD_OUTBOX,
-                keys.BOARD_DUE,
-                keys.BOARD_INDEX,
+                keys.board_outbox(keys.partition_of(job_id)),
+                keys.board_due(keys.partition_of(job_id)),
+                keys.board_index(keys.partition_of(job_id)),
             ],
             args=[
                 replacement.last_id,

@@ -1,36 +1,163 @@
-"""Loads each Lua script once and wraps it with typed calls (the replies are narrowed here)."""
+"""Loads each Lua script once and wraps it with typed calls (the replies are narrowed here).
+
+`Scripts.run` is how a write that is followed by a work doorbell goes out: on a single Redis the script and
+the doorbell share one round trip (a pipeline on one connection, in that order); on a cluster the doorbell
+(another slot) follows the script. With REDIS_WAIT_REPLICAS the script is followed by `WAIT` on the same
+connection (see broker/store/durability.py).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import cast
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError
+from redis.typing import EncodableT, FieldT
+
+from broker.store.connection import is_cluster
+from broker.store.durability import Durability, replicated
+from broker.store.keys import WORK
+
+WORK_MAXLEN = 100_000
+
+#: Every script of the store, by file name (tests run each one on a cluster node).
+NAMES = (
+    "append_events",
+    "acquire_lease",
+    "renew_lease",
+    "release_lease",
+    "promote_due",
+    "replace_view",
+    "admission_admit",
+    "admission_accepted",
+    "admission_refused",
+    "admission_release",
+    "admission_requeue",
+    "admission_grant",
+    "admission_unreserve",
+    "admission_claim",
+    "board_ack",
+    "board_promote",
+    "release_lock",
+)
 
 
-def _source(name: str) -> str:
+def source(name: str) -> str:
     return resources.files("broker.store").joinpath("scripts", f"{name}.lua").read_text()
+
+
+Args = Sequence[str | bytes | int | float]
 
 
 class Scripts:
     """The registered scripts of one Redis client (EVALSHA, reloaded on NOSCRIPT by redis-py)."""
 
-    def __init__(self, redis: Redis) -> None:
-        self.append_events: AsyncScript = redis.register_script(_source("append_events"))
-        self.acquire_lease: AsyncScript = redis.register_script(_source("acquire_lease"))
-        self.renew_lease: AsyncScript = redis.register_script(_source("renew_lease"))
-        self.release_lease: AsyncScript = redis.register_script(_source("release_lease"))
-        self.promote_due: AsyncScript = redis.register_script(_source("promote_due"))
-        self.replace_view: AsyncScript = redis.register_script(_source("replace_view"))
-        self.admission_admit: AsyncScript = redis.register_script(_source("admission_admit"))
-        self.admission_accepted: AsyncScript = redis.register_script(_source("admission_accepted"))
-        self.admission_refused: AsyncScript = redis.register_script(_source("admission_refused"))
-        self.admission_release: AsyncScript = redis.register_script(_source("admission_release"))
-        self.admission_requeue: AsyncScript = redis.register_script(_source("admission_requeue"))
+    def __init__(self, redis: Redis, durability: Durability | None = None) -> None:
+        self._redis = redis
+        self._cluster = is_cluster(redis)
+        self.durability = durability or Durability()
+        self.append_events: AsyncScript = redis.register_script(source("append_events"))
+        self.acquire_lease: AsyncScript = redis.register_script(source("acquire_lease"))
+        self.renew_lease: AsyncScript = redis.register_script(source("renew_lease"))
+        self.release_lease: AsyncScript = redis.register_script(source("release_lease"))
+        self.promote_due: AsyncScript = redis.register_script(source("promote_due"))
+        self.replace_view: AsyncScript = redis.register_script(source("replace_view"))
+        self.admission_admit: AsyncScript = redis.register_script(source("admission_admit"))
+        self.admission_accepted: AsyncScript = redis.register_script(source("admission_accepted"))
+        self.admission_refused: AsyncScript = redis.register_script(source("admission_refused"))
+        self.admission_release: AsyncScript = redis.register_script(source("admission_release"))
+        self.admission_requeue: AsyncScript = redis.register_script(source("admission_requeue"))
+        self.admission_grant: AsyncScript = redis.register_script(source("admission_grant"))
+        self.admission_unreserve: AsyncScript = redis.register_script(source("admission_unreserve"))
+        self.admission_claim: AsyncScript = redis.register_script(source("admission_claim"))
+
+    async def run(
+        self,
+        script: AsyncScript,
+        *,
+        keys: Sequence[str],
+        args: Args,
+        ring: Mapping[str, str] | None = None,
+        durable: bool = True,
+    ) -> object:
+        """Run `script`; then (when `ring`) add the doorbell `ring` to the work stream. With `durable` and
+        REDIS_WAIT_REPLICAS, the script's effects are replicated (WAIT) before this returns, else
+        NotReplicated is raised (the write may stand)."""
+        wait = self.durability.replicas if durable else 0
+        if self._cluster:
+            if wait:
+                reply = await replicated(self._redis, script, keys, args, self.durability)
+            else:
+                reply = await script(keys=keys, args=args)
+            if ring:
+                await ring_work(self._redis, ring)
+            return reply
+        if not ring and not wait:
+            return await script(keys=keys, args=args)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
+            if wait:
+                pipe.execute_command("WAIT", wait, self.durability.timeout_ms)
+            if ring:
+                pipe.xadd(WORK, _fields(ring), maxlen=WORK_MAXLEN, approximate=True)
+            replies = await pipe.execute(raise_on_error=False)
+        first = replies[0]
+        if isinstance(first, NoScriptError):  # a restarted Redis: load it, and do it all again
+            await self._redis.script_load(script.script)
+            return await self.run(script, keys=keys, args=args, ring=ring, durable=durable)
+        if isinstance(first, Exception):
+            raise first
+        if wait:
+            self.durability.check(int(replies[1]))
+        return first
+
+
+async def run_many(redis: Redis, script: AsyncScript, calls: Sequence[tuple[Sequence[str], Args]]) -> list[object]:
+    """Run `script` once per `(keys, args)` in one pipeline (one round trip per node); replies in order."""
+    replies: list[object] = [None] * len(calls)
+    todo = list(range(len(calls)))
+    for _ in range(2):
+        async with redis.pipeline(transaction=False) as pipe:
+            for index in todo:
+                call_keys, args = calls[index]
+                pipe.evalsha(script.sha, len(call_keys), *call_keys, *args)
+            results = await pipe.execute(raise_on_error=False)
+        missing = []
+        for index, result in zip(todo, results, strict=True):
+            if isinstance(result, NoScriptError):
+                missing.append(index)
+            elif isinstance(result, Exception):
+                raise result
+            else:
+                replies[index] = result
+        if not missing:
+            return replies
+        await redis.script_load(script.script)
+        todo = missing
+    raise NoScriptError("the script could not be loaded")
+
+
+async def ring_work(redis: Redis, ring: Mapping[str, str]) -> None:
+    """A work doorbell: a hint that the line moved (`line`) or a job wants a driver now (`job`)."""
+    await redis.xadd(WORK, _fields(ring), maxlen=WORK_MAXLEN, approximate=True)
 
 
 def as_strings(reply: object) -> list[str]:
     """Narrow a script's array reply (bytes or str items, by client setting) to strings."""
     items = cast(list[bytes | str | int], reply)
     return [item.decode() if isinstance(item, bytes) else str(item) for item in items]
+
+
+async def ring_jobs(redis: Redis, job_ids: Sequence[str]) -> None:
+    """A `job` doorbell for each of `job_ids`, in one pipeline (one slot: the work stream)."""
+    async with redis.pipeline(transaction=False) as pipe:
+        for job_id in job_ids:
+            pipe.xadd(WORK, {"job": job_id}, maxlen=WORK_MAXLEN, approximate=True)
+        await pipe.execute()
+
+
+def _fields(ring: Mapping[str, str]) -> dict[FieldT, EncodableT]:
+    return dict(ring.items())

@@ -1,4 +1,4 @@
-"""The drivers' work stream and its consumer group."""
+"""The drivers' work doorbell stream and its consumer group, and what /readyz reports of the schedules."""
 
 from __future__ import annotations
 
@@ -30,7 +30,10 @@ async def ensure_group(redis: Redis) -> None:
 async def queue_stats(redis: Redis) -> QueueStats:
     groups = cast(list[dict[str, object]], await redis.xinfo_groups(keys.WORK))
     group = next((g for g in groups if _text(g.get("name")) == keys.WORK_GROUP), None)
-    scheduled = int(await redis.zcard(keys.DUE))
+    async with redis.pipeline(transaction=False) as pipe:
+        for partition in keys.partitions():
+            pipe.zcard(keys.due(partition))
+        scheduled = sum(int(count) for count in await pipe.execute())
     if group is None:
         return QueueStats(depth=0, oldest_ms=None, scheduled=scheduled)
     last_delivered = _text(group.get("last-delivered-id")) or "0-0"

@@ -29,10 +29,11 @@ START_TIMEOUT_S = 30.0
 class BrokerProcess:
     """One `python -m broker` on a free loopback port; its output goes to a log file."""
 
-    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+    def __init__(self, env: dict[str, str], log_path: Path, cwd: Path = ROOT) -> None:
         self.env = env
         self.port = int(env["PORT"])
         self.log_path = log_path
+        self.cwd = cwd  #: the code it runs (another checkout: an older broker)
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -42,7 +43,7 @@ class BrokerProcess:
     def start(self) -> BrokerProcess:
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "broker"], env=self.env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT
+                [sys.executable, "-m", "broker"], env=self.env, cwd=self.cwd, stdout=log, stderr=subprocess.STDOUT
             )
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
@@ -108,7 +109,12 @@ def start_broker(tmp_path: Path, silent_hermes: str) -> Iterator[BrokerFactory]:
     started: list[BrokerProcess] = []
 
     def start(
-        *, redis_url: str | None, data_dir: Path | None = None, port: int | None = None, **variables: str
+        *,
+        redis_url: str | None,
+        data_dir: Path | None = None,
+        port: int | None = None,
+        cwd: Path = ROOT,
+        **variables: str,
     ) -> BrokerProcess:
         env = {name: value for name, value in os.environ.items() if name not in _VARIABLES}
         env.update(
@@ -124,7 +130,7 @@ def start_broker(tmp_path: Path, silent_hermes: str) -> Iterator[BrokerFactory]:
             env["REDIS_URL"] = redis_url
         env["DATA_DIR"] = str(data_dir or tmp_path / "data")
         env.update(variables)
-        broker = BrokerProcess(env, tmp_path / f"broker-{len(started)}.log")
+        broker = BrokerProcess(env, tmp_path / f"broker-{len(started)}.log", cwd)
         started.append(broker)
         return broker.start()
 

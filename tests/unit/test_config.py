@@ -16,6 +16,9 @@ DEFAULTS = {
     "host": "0.0.0.0",
     "port": 8080,
     "redis_url": None,
+    "redis_cluster": False,
+    "redis_wait_replicas": 0,
+    "redis_wait_timeout_ms": 1_000,
     "data_dir": "./data",
     "hermes_url": "http://127.0.0.1:8642",
     "hermes_api_key": None,
@@ -51,6 +54,9 @@ EVERY_VARIABLE = {
     "HOST": ("127.0.0.1", "host", "127.0.0.1"),
     "PORT": ("9090", "port", 9090),
     "REDIS_URL": ("redis://10.0.0.1:6380/2", "redis_url", "redis://10.0.0.1:6380/2"),
+    "REDIS_CLUSTER": ("true", "redis_cluster", True),
+    "REDIS_WAIT_REPLICAS": ("1", "redis_wait_replicas", 1),
+    "REDIS_WAIT_TIMEOUT": ("250", "redis_wait_timeout_ms", 250),
     "DATA_DIR": ("/var/lib/hbr", "data_dir", "/var/lib/hbr"),
     "HERMES_URL": ("https://hermes.internal:8642", "hermes_url", "https://hermes.internal:8642"),
     "HERMES_API_KEY": ("sekrit", "hermes_api_key", "sekrit"),
@@ -100,10 +106,13 @@ def test_each_variable_alone_changes_only_its_field(name: str) -> None:
     env = {name: raw}
     if name == "BOARD_ENABLED":
         env["BOARD_URL"] = "https://board.example/hook"
+    if name == "REDIS_CLUSTER":
+        env["REDIS_URL"] = "redis://10.0.0.1:7000"
     changed = attrs.asdict(Config.from_env(env))
     assert changed[field] == value
-    assert {k: v for k, v in changed.items() if k not in (field, "board_url")} == {
-        k: v for k, v in DEFAULTS.items() if k not in (field, "board_url")
+    companions = (field, "board_url", "redis_url")
+    assert {k: v for k, v in changed.items() if k not in companions} == {
+        k: v for k, v in DEFAULTS.items() if k not in companions
     }
 
 
@@ -129,6 +138,9 @@ def test_unknown_variables_are_not_read() -> None:
         ("HERMES_URL", "http://"),
         ("BOARD_URL", "board.example/hook"),
         ("REDIS_URL", "http://127.0.0.1:6379"),
+        ("REDIS_CLUSTER", "sometimes"),
+        ("REDIS_WAIT_REPLICAS", "-1"),
+        ("REDIS_WAIT_TIMEOUT", "0"),
         ("LOG_LEVEL", "verbose"),
         ("LOG_FORMAT", "xml"),
     ],
@@ -144,6 +156,12 @@ def test_board_enabled_needs_board_url() -> None:
         Config.from_env({"BOARD_ENABLED": "true"})
     with pytest.raises(ConfigError, match="BOARD_URL"):
         Config.from_env({"BOARD_ENABLED": "true", "BOARD_URL": ""})
+
+
+def test_a_cluster_needs_a_redis_url() -> None:
+    with pytest.raises(ConfigError, match="REDIS_URL is required when REDIS_CLUSTER=true"):
+        Config.from_env({"REDIS_CLUSTER": "true"})
+    assert Config.from_env({"REDIS_CLUSTER": "true", "REDIS_URL": "redis://10.0.0.1:7000"}).redis_cluster
 
 
 def test_an_empty_redis_url_means_embedded() -> None:

@@ -1,14 +1,14 @@
 -- The one write of a job: append events, store the views folded up to the last of them, renew
 -- retention, and persist the board projection with its pending delivery (SPEC S3.6, S5.3), atomically.
--- KEYS[1] job events   KEYS[2] job view hash   KEYS[3] job lease   KEYS[4] work stream   KEYS[5] due zset
--- KEYS[6] job board hash   KEYS[7] board outbox   KEYS[8] board due zset   KEYS[9] board index zset
--- KEYS[10] admission line zset
+-- KEYS[1] job events   KEYS[2] job view hash   KEYS[3] job lease   KEYS[4] partition due zset
+-- KEYS[5] job board hash   KEYS[6] partition board outbox   KEYS[7] partition board due zset
+-- KEYS[8] partition board index zset   KEYS[9] partition admission line zset
+--   (one slot: every key carries the job's partition tag {pN}; the work doorbell is rung after the script)
 -- ARGV[1] the write, a JSON object of strings:
 --   job        the job id
 --   expect     '' = do not check, '$new' = create only if the job does not exist, else the expected last id
 --   token      the lease token that fences the write ('' = not fenced)
 --   retention  ms every job key lives after this write
---   ring       present: ring the work stream with this doorbell field ('line': run the admission line)
 --   due        present: the job's next wake-up in the due schedule (epoch ms)
 --   line       'enter': the job joins the admission line, placed by its first event's id (arrival order);
 --              'leave': it leaves the line (it is terminal)
@@ -40,9 +40,9 @@ end
 if w.line == 'enter' then
   -- place = ms * 1000 + seq of the job's first event, built as a string so no digit is lost
   local ms, seq = string.match(reply[2], '^(%d+)-(%d+)$')
-  redis.call('ZADD', KEYS[10], ms .. string.format('%03d', math.min(tonumber(seq), 999)), w.job)
+  redis.call('ZADD', KEYS[9], ms .. string.format('%03d', math.min(tonumber(seq), 999)), w.job)
 elseif w.line == 'leave' then
-  redis.call('ZREM', KEYS[10], w.job)
+  redis.call('ZREM', KEYS[9], w.job)
 end
 redis.call('HSET', KEYS[2], 'state', ARGV[2], 'last_id', last)
 if ARGV[3] ~= '' then
@@ -50,29 +50,26 @@ if ARGV[3] ~= '' then
 end
 redis.call('PEXPIRE', KEYS[1], w.retention)
 redis.call('PEXPIRE', KEYS[2], w.retention)
-if w.ring then
-  redis.call('XADD', KEYS[4], 'MAXLEN', '~', 100000, '*', w.ring, w.job)
-end
 if w.due then
-  redis.call('ZADD', KEYS[5], w.due, w.job)
+  redis.call('ZADD', KEYS[4], w.due, w.job)
 end
 
 local b = w.board
 if b then
   -- A new immutable board version: it is the latest and pending; state changes go out at once,
   -- activity-only versions at most once per refresh interval after the key's previous delivery.
-  redis.call('HSET', KEYS[6], 'latest', ARGV[4], 'latest_at', b.at, 'pending_at', b.at, 'expire_at', b.expire)
+  redis.call('HSET', KEYS[5], 'latest', ARGV[4], 'latest_at', b.at, 'pending_at', b.at, 'expire_at', b.expire)
   if b.change == '1' then
-    redis.call('HSET', KEYS[6], 'pending_change', '1')
+    redis.call('HSET', KEYS[5], 'pending_change', '1')
   end
-  redis.call('PEXPIREAT', KEYS[6], b.expire)
-  redis.call('ZADD', KEYS[9], b.expire, w.job)
-  local delivered = tonumber(redis.call('HGET', KEYS[6], 'delivered_ms') or '0')
+  redis.call('PEXPIREAT', KEYS[5], b.expire)
+  redis.call('ZADD', KEYS[8], b.expire, w.job)
+  local delivered = tonumber(redis.call('HGET', KEYS[5], 'delivered_ms') or '0')
   local due = delivered + tonumber(b.refresh)
   if b.change == '1' or tonumber(b.now) >= due then
-    redis.call('XADD', KEYS[7], 'MAXLEN', '~', 100000, '*', 'job', w.job, 'at', b.at)
+    redis.call('XADD', KEYS[6], 'MAXLEN', '~', 100000, '*', 'job', w.job, 'at', b.at)
   else
-    redis.call('ZADD', KEYS[8], 'NX', due, w.job)
+    redis.call('ZADD', KEYS[7], 'NX', due, w.job)
   end
 end
 return reply

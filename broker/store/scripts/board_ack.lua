@@ -2,7 +2,7 @@
 -- it is exactly that version, so an ack never clears a newer pending version persisted meanwhile.
 -- The acknowledgement and the delivery time are recorded either way (the refresh interval counts
 -- from the key's previous delivery). An expired hash is not recreated.
--- KEYS[1] job board hash
+-- KEYS[1] job board hash   (one key)
 -- ARGV[1] delivered version `at`   ARGV[2] now (epoch ms)
 -- Returns 1 when the pending version was cleared, 0 otherwise, -1 when the hash is gone.
 if redis.call('EXISTS', KEYS[1]) == 0 then

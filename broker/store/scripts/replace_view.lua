@@ -2,8 +2,8 @@
 -- not moved on since the rebuild read it: the stream must still end at the id the fold reached and the
 -- view must still hold the `last_id` the rebuild saw. A missing view or board hash is recreated with
 -- the fields and expiries the job write (append_events.lua) gives them; the view expires with the stream.
--- KEYS[1] job events   KEYS[2] job view hash   KEYS[3] job board hash   KEYS[4] board outbox
--- KEYS[5] board due zset   KEYS[6] board index zset
+-- KEYS[1] job events   KEYS[2] job view hash   KEYS[3] job board hash   KEYS[4] partition board outbox
+-- KEYS[5] partition board due zset   KEYS[6] partition board index zset   (one slot: {pN})
 -- ARGV[1]  the stream's last id the fold reached   ARGV[2] the view's last_id as read ('' = none)
 -- ARGV[3]  job view JSON   ARGV[4] board state JSON ('' = no board)   ARGV[5] job id
 -- ARGV[6]  latest board report ('' = leave the board hash alone)   ARGV[7] its version at

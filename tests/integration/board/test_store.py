@@ -20,7 +20,7 @@ async def persist(redis: Redis, job_id: str, at: int, *, change: bool = True, ex
     if change:
         await redis.hset(keys.board(job_id), "pending_change", "1")
     await redis.pexpireat(keys.board(job_id), expire_at)
-    await redis.zadd(keys.BOARD_INDEX, {job_id: expire_at})
+    await redis.zadd(keys.board_index(keys.partition_of(job_id)), {job_id: expire_at})
 
 
 async def test_an_ack_clears_only_its_own_version(redis: Redis) -> None:
@@ -49,7 +49,7 @@ async def test_due_refreshes_are_promoted_once(redis: Redis) -> None:
     await store.schedule("job_a", NOW)
     await store.schedule("job_b", NOW + 1_000)
     await store.schedule("job_b", NOW + 5_000)  # LT: a later time never postpones an earlier one
-    assert await redis.zscore(keys.BOARD_DUE, "job_b") == NOW + 1_000
+    assert await redis.zscore(keys.board_due(keys.partition_of("job_b")), "job_b") == NOW + 1_000
     assert await store.promote_due(NOW) == ["job_a"]
     assert await store.promote_due(NOW) == []
     await store.ensure_group()
@@ -60,11 +60,12 @@ async def test_due_refreshes_are_promoted_once(redis: Redis) -> None:
 async def test_a_lost_group_is_recreated(redis: Redis) -> None:
     store = BoardStore(redis)
     assert await store.read_outbox("c1", 10, 10) == []  # NOGROUP: created now
-    await redis.xadd(keys.BOARD_OUTBOX, {"job": "job_a", "at": "1"})
+    outbox = keys.board_outbox(keys.partition_of("job_a"))
+    await redis.xadd(outbox, {"job": "job_a", "at": "1"})
     entries = await store.read_outbox("c1", 10, 10)
     assert [entry.job_id for entry in entries] == ["job_a"]
-    await store.done([entries[0].entry_id])
-    assert await redis.xlen(keys.BOARD_OUTBOX) == 0
+    await store.done(entries)
+    assert await redis.xlen(outbox) == 0
 
 
 async def test_a_lock_is_released_only_by_its_holder(redis: Redis) -> None:
@@ -79,7 +80,8 @@ async def test_a_lock_is_released_only_by_its_holder(redis: Redis) -> None:
 
 async def test_the_index_lists_retained_keys_and_forgets_expired_ones(redis: Redis) -> None:
     store = BoardStore(redis)
-    await redis.zadd(keys.BOARD_INDEX, {"job_old": NOW - 1, "job_new": NOW + 1})
+    await redis.zadd(keys.board_index(keys.partition_of("job_old")), {"job_old": NOW - 1})
+    await redis.zadd(keys.board_index(keys.partition_of("job_new")), {"job_new": NOW + 1})
     assert await store.retained(NOW) == ["job_new"]
     assert await store.forget_expired(NOW) == 1
-    assert await redis.zrange(keys.BOARD_INDEX, 0, -1) == ["job_new"]
+    assert await redis.zrange(keys.board_index(keys.partition_of("job_new")), 0, -1) == ["job_new"]

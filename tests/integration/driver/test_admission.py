@@ -147,7 +147,7 @@ async def test_a_stop_in_the_line_cancels_at_once_and_hermes_never_sees_it(
     assert (await answer.json()) == {"run_id": jobs[3], "status": "cancelled"}
     stopped = await job(replica, jobs[3])
     assert stopped["status"] == "cancelled" and stopped["error"]["code"] == "stopped" and stopped["hold"] is None
-    assert await redis.zscore(keys.ADMISSION_LINE, jobs[3]) is None
+    assert await redis.zscore(keys.line(keys.partition_of(jobs[3])), jobs[3]) is None
     sim.settings.busy = False
     for other in jobs[:3] + jobs[4:]:
         assert (await settled(replica, other))["status"] == "completed"
@@ -164,7 +164,7 @@ async def test_a_hold_expires_while_in_the_line(make_replica: ClientFactory, sim
         expired = await settled(replica, job_id, timeout=10)
         assert expired["status"] == "failed" and expired["error"]["code"] == "hold_expired"
         assert expired["attempts"] == 0
-    assert await redis.zcard(keys.ADMISSION_LINE) == 0
+    assert sum([await redis.zcard(keys.line(p)) for p in keys.partitions()]) == 0
     assert create_keys(sim, 202) == []
 
 

@@ -78,7 +78,7 @@ async def _stored(redis: Redis, job_id: str) -> dict[str, object]:
         "board": await redis.hgetall(keys.board(job_id)),  # type: ignore[misc]
         "view_ttl": await redis.pttl(keys.view(job_id)) > 0,
         "board_ttl": await redis.pttl(keys.board(job_id)) > 0,
-        "indexed": await redis.zscore(keys.BOARD_INDEX, job_id),
+        "indexed": await redis.zscore(keys.board_index(keys.partition_of(job_id)), job_id),
     }
 
 

@@ -54,7 +54,7 @@ async def _create(client: TestClient[Any, Any], body: Any, key: str | None = Non
 
 
 async def _job_streams(redis: Redis) -> list[str]:
-    return sorted([key async for key in redis.scan_iter(match="hbr:{job_*}:events")])
+    return sorted([key async for key in redis.scan_iter(match=keys.EVENTS_MATCH)])
 
 
 async def _until(probe: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
@@ -248,7 +248,7 @@ async def test_a_job_and_its_key_expire_after_retention(
         return (await client.get(f"/v1/runs/{job['run_id']}")).status == 404
 
     await _until(gone)
-    assert [key async for key in redis.scan_iter(match=f"hbr:{{{job['run_id']}}}:*")] == []
+    assert [key async for key in redis.scan_iter(match=keys.job_match(job["run_id"]))] == []
     # And the key is free again, even for another fingerprint
     again = await _create(client, {"input": "different"}, "k-ret")
     assert again["replayed"] is False

@@ -137,7 +137,7 @@ def assert_envelope(document: Any, code: str | None) -> dict[str, Any]:
 
 
 async def _job_keys(redis: Redis) -> list[str]:
-    return [key async for key in redis.scan_iter(match="hbr:{*")]
+    return [key async for key in redis.scan_iter(match="hbr:{p*}:job_*")]
 
 
 async def _raw_post(client: TestClient[Any, Any], header: bytes, body: bytes) -> tuple[int, bytes, bytes]:

@@ -141,7 +141,7 @@ async def test_an_acknowledged_version_is_repaired_without_a_new_delivery(
     board = await redis.hgetall(keys.board(JOB))  # type: ignore[misc]
     await redis.hdel(keys.board(JOB), "pending_at", "pending_change")  # type: ignore[misc]
     await redis.hset(keys.board(JOB), mapping={"acked_at": board["latest_at"], "latest": "garbage"})  # type: ignore[misc]
-    await redis.delete(keys.BOARD_OUTBOX)
+    await redis.delete(keys.board_outbox(keys.partition_of(JOB)))
     # When the rebuild replaces it
     finding = compare(await store.read(JOB), SETTINGS, NOW)
     assert finding is not None and set(finding.differences) == {"board_report"}
@@ -149,7 +149,7 @@ async def test_an_acknowledged_version_is_repaired_without_a_new_delivery(
     # Then the report is the rendered one again, still acknowledged, and nothing is queued
     repaired = await redis.hgetall(keys.board(JOB))  # type: ignore[misc]
     assert repaired["latest"] == board["latest"] and "pending_at" not in repaired
-    assert await redis.exists(keys.BOARD_OUTBOX) == 0
+    assert await redis.exists(keys.board_outbox(keys.partition_of(JOB))) == 0
 
 
 async def test_an_expired_board_version_is_not_recreated(jobs: JobStore, store: RebuildStore, redis: Redis) -> None:

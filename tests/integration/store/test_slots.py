@@ -2,8 +2,8 @@
 Redis in cluster mode, where a write whose KEYS span two hash slots fails with CROSSSLOT.
 
 The node owns every slot, so a plain client reaches all keys and the only thing that can fail is the slot
-rule itself. Writes known to span slots until the partitioned layout lands are strict xfails: each one
-that becomes single-slot turns its mark into a failure, so the list can only shrink.
+rule itself. A static check adds that every script's KEYS, as the store passes them, map to one slot, and
+that every script of the store is exercised here.
 """
 
 from __future__ import annotations
@@ -15,18 +15,22 @@ from pathlib import Path
 import pytest
 import redis as sync_redis
 from redis.asyncio import Redis
+from redis.crc import key_slot
 from redis.exceptions import ClusterCrossSlotError
 
 from broker.events import HoldReason, JobCreated
+from broker.store import keys, scripts
 from broker.store.admission import AdmissionStore, Pacing
-from broker.store.board import BoardStore
-from broker.store.jobs import JobStore
+from broker.store.board import BoardStore, OutboxEntry
+from broker.store.jobs import BoardWrite, JobStore
 from broker.store.leases import Leases
+from broker.store.rebuild import RebuildStore, Replacement
+from broker.store.scripts import NAMES, Scripts, source
+from projections.board import BoardState
 from projections.job import apply
 from tests.conftest import RedisServer
 
 Operation = Callable[[Redis], Awaitable[object]]
-CROSSSLOT_UNTIL_PARTITIONS = "spans the job's slot and a global key until the partitioned layout (issue 12)"
 
 
 @pytest.fixture(scope="module")
@@ -94,27 +98,119 @@ async def _lease(redis: Redis) -> object:
     return await Leases(redis, lease_ms=1_000).acquire(JOB, "token", 1_000)
 
 
+async def _append(redis: Redis) -> object:
+    await _create(redis)
+    store = JobStore(redis, retention_ms=60_000)
+    snapshot = await store.load(JOB)
+    assert snapshot is not None
+    event = JobCreated(job_id=JOB, at_ms=1_000, body='{"input":"x"}', fingerprint="f")
+    board = BoardWrite(state=BoardState(), report=b"{}", at_ms=2, state_change=True, expire_at_ms=10**13, now_ms=2)
+    return await store.append(JOB, [event], snapshot.view, expected_last_id=None, board=board, due_at=5)
+
+
+async def _renew(redis: Redis) -> object:
+    leases = Leases(redis, lease_ms=1_000)
+    await leases.acquire(JOB, "token", 1_000)
+    return await leases.renew(JOB, "token", 1_100)
+
+
+async def _release_lease(redis: Redis) -> object:
+    leases = Leases(redis, lease_ms=1_000)
+    await leases.acquire(JOB, "token", 1_000)
+    return await leases.release(JOB, "token", due_at_ms=2_000, enqueue=True)
+
+
+async def _promote(redis: Redis) -> object:
+    leases = Leases(redis, lease_ms=1_000)
+    await leases.acquire(JOB, "token", 1_000)
+    return await leases.promote_due(10_000)
+
+
+async def _admit_with_a_waiting_job(redis: Redis) -> object:
+    await _create(redis)  # enters the job's partition line
+    grants = await _admission(redis).admit(1_000, 5)  # reserve ({adm}), claim ({pN}), grant ({adm})
+    assert grants.jobs == [JOB]
+    return grants
+
+
+async def _unreserve(redis: Redis) -> object:
+    return await Scripts(redis).admission_unreserve(
+        keys=[keys.ADMISSION_STATE, keys.ADMISSION_LIVE], args=["~t:1", "~t:2"]
+    )
+
+
+async def _replace_view(redis: Redis) -> object:
+    await _create(redis)
+    store = RebuildStore(redis)
+    stored = await store.read(JOB)  # a MULTI over the job's keys
+    assert stored.last_id is not None
+    replacement = Replacement(last_id=stored.last_id, seen_view_last_id=stored.view["last_id"], view=b"{}")
+    return await store.replace(JOB, replacement)
+
+
 async def _board_ack(redis: Redis) -> object:
     return await BoardStore(redis).ack(JOB, 1, 2)
 
 
+async def _board_promote(redis: Redis) -> object:
+    store = BoardStore(redis)
+    await store.schedule(JOB, 1)
+    return await store.promote_due(10)
+
+
+async def _outbox_entries(redis: Redis) -> list[OutboxEntry]:
+    # one partition's outbox, read as the cluster client reads it (the single-Redis read spans partitions)
+    await BoardStore(redis).ensure_group()
+    outbox, partition = keys.board_outbox(keys.partition_of(JOB)), keys.partition_of(JOB)
+    await redis.xadd(outbox, {"job": JOB, "at": "1"})
+    reply = await redis.xreadgroup(keys.BOARD_OUTBOX_GROUP, "c1", {outbox: ">"}, count=10)
+    return [OutboxEntry(entry_id, JOB, partition) for _, batch in reply for entry_id, _ in batch]
+
+
 async def _board_outbox_done(redis: Redis) -> object:
-    return await BoardStore(redis).done(["1-1"])
+    entries = await _outbox_entries(redis)
+    assert len(entries) == 1
+    return await BoardStore(redis).done(entries)
+
+
+async def _board_handover(redis: Redis) -> object:
+    return await BoardStore(redis).handover(JOB, await _outbox_entries(redis))
+
+
+async def _release_lock(redis: Redis) -> object:
+    store = BoardStore(redis)
+    await store.acquire(keys.board_lock(JOB), "t", 1_000)
+    return await store.release(keys.board_lock(JOB), "t")
 
 
 SINGLE_SLOT: list[tuple[str, Operation]] = [
+    ("append_events (create)", _create),
+    ("append_events (append with board and due)", _append),
+    ("acquire_lease", _lease),
+    ("renew_lease", _renew),
+    ("release_lease", _release_lease),
+    ("promote_due", _promote),
     ("admission_admit", _admit),
+    ("admission_admit + admission_claim + admission_grant", _admit_with_a_waiting_job),
     ("admission_accepted", _accepted),
     ("admission_refused", _refused),
     ("admission_release", _release),
     ("admission_requeue", _requeue),
+    ("admission_unreserve", _unreserve),
+    ("replace_view (and the rebuild's MULTI read)", _replace_view),
     ("board_ack", _board_ack),
+    ("board_promote", _board_promote),
     ("board outbox ack+delete (MULTI)", _board_outbox_done),
+    ("board outbox handover (MULTI)", _board_handover),
+    ("release_lock", _release_lock),
 ]
-CROSS_SLOT: list[tuple[str, Operation]] = [
-    ("append_events (create)", _create),
-    ("acquire_lease", _lease),
-]
+
+#: The scripts each operation above runs (every script of the store must be covered).
+COVERED = {
+    "append_events", "acquire_lease", "renew_lease", "release_lease", "promote_due", "admission_admit",
+    "admission_claim", "admission_grant", "admission_accepted", "admission_refused", "admission_release",
+    "admission_requeue", "admission_unreserve", "replace_view", "board_ack", "board_promote", "release_lock",
+}  # fmt: skip
 
 
 @pytest.mark.parametrize(("name", "operation"), SINGLE_SLOT, ids=[name for name, _ in SINGLE_SLOT])
@@ -122,20 +218,42 @@ async def test_the_write_touches_one_slot(node: Redis, name: str, operation: Ope
     await operation(node)  # raises CROSSSLOT otherwise
 
 
-@pytest.mark.parametrize(
-    ("name", "operation"),
-    [
-        pytest.param(
-            name,
-            op,
-            marks=pytest.mark.xfail(strict=True, raises=ClusterCrossSlotError, reason=CROSSSLOT_UNTIL_PARTITIONS),
-        )
-        for name, op in CROSS_SLOT
-    ],
-    ids=[name for name, _ in CROSS_SLOT],
-)
-async def test_known_cross_slot_writes_still_span_slots(node: Redis, name: str, operation: Operation) -> None:
-    await operation(node)
+def test_every_script_of_the_store_is_exercised_here() -> None:
+    assert set(NAMES) == COVERED
+    assert {path.stem for path in (Path(scripts.__file__).parent / "scripts").glob("*.lua")} == COVERED
+
+
+def test_every_script_header_names_its_keys_and_their_slot() -> None:
+    for name in NAMES:
+        header = source(name).split("\n\n")[0]
+        assert "-- KEYS[1]" in header, name
+        assert "one slot" in header or "one key" in header, name
+
+
+@pytest.mark.parametrize("job_id", [JOB, "job_" + "0" * 32, "job_" + "f" * 32, "job_a"])
+def test_every_key_of_a_job_write_maps_to_one_slot(job_id: str) -> None:
+    partition = keys.partition_of(job_id)
+    job_write = [
+        keys.events(job_id),
+        keys.view(job_id),
+        keys.lease(job_id),
+        keys.board(job_id),
+        keys.due(partition),
+        keys.line(partition),
+        keys.board_outbox(partition),
+        keys.board_due(partition),
+        keys.board_index(partition),
+    ]
+    assert len({key_slot(key.encode()) for key in job_write}) == 1
+    admission = [keys.ADMISSION_STATE, keys.ADMISSION_LIVE, keys.ADMISSION_SLOTS]
+    assert len({key_slot(key.encode()) for key in admission}) == 1
+
+
+def test_the_partitions_spread_over_many_slots() -> None:
+    slots = {key_slot(keys.due(partition).encode()) for partition in keys.partitions()}
+    assert len(slots) == keys.PARTITIONS
+    thirds = {slot * 3 // 16384 for slot in slots}  # `redis-cli --cluster create` with three masters
+    assert thirds == {0, 1, 2}
 
 
 async def test_the_node_refuses_a_cross_slot_script(node: Redis) -> None:

@@ -1,0 +1,17 @@
+-- Take a job off its partition's admission line together with its run lease, and make it due for
+-- takeover when the lease would lapse (as acquire_lease.lua does), atomically: a crash after this loses
+-- nothing (the job is taken over); another replica holding the lease leaves the job in the line.
+-- KEYS[1] partition line zset   KEYS[2] job lease   KEYS[3] partition due zset   (one slot: {pN})
+-- ARGV[1] job   ARGV[2] lease token   ARGV[3] lease ms   ARGV[4] takeover deadline (epoch ms)
+-- Returns {1, place} when claimed; {0} when the job is not in the line (any more); {-1} when another
+-- holder has its lease (the job stays in the line).
+local place = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not place then
+  return {0}
+end
+if not redis.call('SET', KEYS[2], ARGV[2], 'NX', 'PX', ARGV[3]) then
+  return {-1}
+end
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZADD', KEYS[3], ARGV[4], ARGV[1])
+return {1, place}
