@@ -8,9 +8,10 @@ that owns the script's slot on a cluster.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 from attrs import frozen
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
@@ -35,10 +36,12 @@ async def replicated(
     durability: Durability,
 ) -> object:
     """Run `script` and WAIT on the cluster node that owns its slot (one connection, one round trip)."""
-    node = redis.get_node_from_key(keys[0])  # type: ignore[attr-defined]  # a RedisCluster
+    cluster = cast(RedisCluster, redis)
+    await cluster.initialize()  # a no-op once the client knows the slots
+    node = cluster.get_node_from_key(keys[0])
     for _ in range(2):
         async with redis.pipeline(transaction=False) as pipe:
-            pipe.evalsha(script.sha, len(keys), *keys, *args)
+            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
             pipe.execute_command("WAIT", durability.replicas, durability.timeout_ms, target_nodes=node)
             first, acknowledged = await pipe.execute(raise_on_error=False)
         if isinstance(first, NoScriptError):

@@ -12,10 +12,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
 from typing import cast
 
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.connection import AbstractConnection, Connection
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
 from broker.codec import decode
 from broker.events import JobEvent
@@ -73,7 +73,7 @@ class LiveReader:
         if self._node is not None:
             await self.close()
             with suppress(RedisError, OSError):
-                await self._redis.nodes_manager.initialize()  # type: ignore[attr-defined]  # a RedisCluster
+                await cast(RedisCluster, self._redis).nodes_manager.initialize()
 
     async def close(self) -> None:
         connection, self._connection = self._connection, None
@@ -90,8 +90,12 @@ class LiveReader:
     async def _connect(self) -> AbstractConnection:
         """One connection of the app's pool (of the slot's node), held for the reader's lifetime."""
         if self._connection is None and self._route is not None:
-            self._node = cast(ClusterNode, self._redis.get_node_from_key(self._route))  # type: ignore[attr-defined]
-            self._connection = self._node.acquire_connection()
+            cluster = cast(RedisCluster, self._redis)
+            await cluster.initialize()  # a no-op once the client knows the slots
+            node = cluster.get_node_from_key(self._route)
+            if node is None:
+                raise RedisClusterException(f"no node serves {self._route}")
+            self._node, self._connection = node, node.acquire_connection()
         if self._connection is None:
             # redis-py leaves these two untyped
             get_connection = cast(

@@ -98,7 +98,7 @@ class Scripts:
         if not ring and not wait:
             return await script(keys=keys, args=args)
         async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.evalsha(script.sha, len(keys), *keys, *args)
+            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
             if wait:
                 pipe.execute_command("WAIT", wait, self.durability.timeout_ms)
             if ring:
@@ -123,7 +123,7 @@ async def run_many(redis: Redis, script: AsyncScript, calls: Sequence[tuple[Sequ
         async with redis.pipeline(transaction=False) as pipe:
             for index in todo:
                 call_keys, args = calls[index]
-                pipe.evalsha(script.sha, len(call_keys), *call_keys, *args)
+                pipe.execute_command("EVALSHA", script.sha, len(call_keys), *call_keys, *args)
             results = await pipe.execute(raise_on_error=False)
         missing = []
         for index, result in zip(todo, results, strict=True):

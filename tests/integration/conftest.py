@@ -11,14 +11,14 @@ from redis.asyncio import Redis
 
 from broker.config import Config
 from broker.http.app import create_app
-from tests.conftest import RedisServer
 
 ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
 
 
 @pytest.fixture
-def config(redis_server: RedisServer) -> Config:
-    return Config(redis_url=redis_server.url, runs_event_block_ms=500)
+def config(redis_target: tuple[str, bool]) -> Config:
+    url, cluster = redis_target
+    return Config(redis_url=url, redis_cluster=cluster, runs_event_block_ms=500)
 
 
 @pytest.fixture

@@ -6,8 +6,11 @@ from redis.asyncio import Redis
 
 from broker.ids import job_id_for_key
 from broker.store import keys
+from tests.conftest import BOTH_BACKENDS
 from tests.integration.board.conftest import BoardFactory, Post, Receiver, deliveries, until_true
 from tests.integration.driver.conftest import create, settled
+
+pytestmark = BOTH_BACKENDS
 
 
 async def test_a_receiver_failing_fewer_times_than_the_retries_still_gets_it(

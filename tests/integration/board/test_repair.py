@@ -12,9 +12,12 @@ from broker.events import JobFinished, RunAccepted
 from broker.hermes.models import Accepted, HermesRun
 from broker.http.appkeys import clock_key, hermes_key, store_key, writer_key
 from broker.store import keys
+from tests.conftest import BOTH_BACKENDS
 from tests.integration.board.conftest import Receiver, deliveries, until_true
 from tests.integration.conftest import ClientFactory
 from tests.integration.driver.conftest import create, eventually, job
+
+pytestmark = BOTH_BACKENDS
 
 LOG = logging.getLogger("tests.board.repair")
 

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
+from tests.conftest import BOTH_BACKENDS
 from tests.integration.board.conftest import BoardFactory, Receiver
 from tests.integration.driver.conftest import create
+
+pytestmark = BOTH_BACKENDS
 
 JOBS = 6
 

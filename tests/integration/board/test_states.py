@@ -5,8 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from broker.simulator.script import DANGEROUS_COMMAND, FAILURE
+from tests.conftest import BOTH_BACKENDS
 from tests.integration.board.conftest import ALWAYS, REPORT_KEYS, BoardFactory, Receiver, deliveries, until_true
 from tests.integration.driver.conftest import create, eventually, settled
+
+pytestmark = BOTH_BACKENDS
 
 CONTEXT = {
     "title": "Review staging promotion",

@@ -13,8 +13,11 @@ from redis.asyncio import Redis
 
 from broker.simulator.state import Simulator
 from broker.store import keys
+from tests.conftest import BOTH_BACKENDS
 from tests.integration.conftest import ClientFactory
 from tests.integration.driver.conftest import create, eventually, job, settled
+
+pytestmark = BOTH_BACKENDS
 
 Client = TestClient[Any, Any]
 

@@ -11,8 +11,11 @@ from redis.asyncio import Redis
 from broker.events import HermesEventRecorded
 from broker.simulator.state import Simulator
 from broker.store.jobs import JobStore
+from tests.conftest import BOTH_BACKENDS
 from tests.integration.conftest import ClientFactory
 from tests.integration.driver.conftest import create, eventually, job, settled
+
+pytestmark = BOTH_BACKENDS
 
 
 def creates(sim: Simulator) -> list[str | None]:

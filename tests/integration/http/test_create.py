@@ -17,7 +17,9 @@ from broker.ids import fingerprint, is_job_id, job_id_for_key
 from broker.store import keys
 from broker.store.jobs import JobStore
 from projections.job import fold
-from tests.conftest import free_port
+from tests.conftest import BOTH_BACKENDS, free_port
+
+pytestmark = BOTH_BACKENDS
 
 JOB_FIELDS = {
     "object",

@@ -8,6 +8,7 @@ import pytest
 from redis.asyncio import Redis
 
 from broker.events import DeltasDropped
+from tests.conftest import BOTH_BACKENDS
 from tests.integration.http.test_sse_support import (
     Client,
     Comment,
@@ -20,6 +21,8 @@ from tests.integration.http.test_sse_support import (
     now_ms,
     open_stream,
 )
+
+pytestmark = BOTH_BACKENDS
 
 
 async def finished_job(client: Client, redis: Redis) -> tuple[str, list[str]]:

@@ -7,8 +7,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
+from tests.conftest import BOTH_BACKENDS
 from tests.integration.conftest import ClientFactory
 from tests.integration.http.test_sse_support import Client, append, completed, create_job, delta, open_stream
+
+pytestmark = BOTH_BACKENDS
 
 #: One connection: (events the driver appends while it is open, frames read before it drops, replica, use header)
 steps = st.tuples(st.integers(0, 4), st.integers(0, 6), st.integers(0, 1), st.booleans())

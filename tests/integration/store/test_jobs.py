@@ -11,6 +11,9 @@ from broker.events import HoldReason, JobCreated, JobEvent, JobHeld, RunAccepted
 from broker.store import keys
 from broker.store.jobs import JobStore
 from projections.job import JobView, fold
+from tests.conftest import BOTH_BACKENDS
+
+pytestmark = BOTH_BACKENDS
 
 JOB = "job_11111111111111111111111111111111"
 T0 = 1_796_005_747_391

@@ -16,6 +16,9 @@ from broker.store import keys
 from broker.store.jobs import JobStore
 from broker.store.rebuild import RebuildStore
 from projections.job import JobView, fold
+from tests.conftest import BOTH_BACKENDS
+
+pytestmark = BOTH_BACKENDS
 
 JOB = "job_22222222222222222222222222222222"
 NOW = time.time_ns() // 1_000_000
