@@ -24,7 +24,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from broker.driver import decide
 from broker.driver.runner import Deps, Ending, Runner
-from broker.errors import JobNotFound, LeaseLost
+from broker.errors import JobNotFound, LeaseLost, NotReplicated
 from broker.logging import get_logger
 from broker.store import keys, signals, work
 from broker.store.leases import Leases, new_token
@@ -173,6 +173,10 @@ class Supervisor:
             ending = Ending.LOST
         except JobNotFound:
             ending = Ending.FINISHED
+        except NotReplicated as error:  # REDIS_WAIT_REPLICAS unmet (a failover): the transition is retried soon
+            extra = {"job": job_id, "acknowledged": error.acknowledged, "wanted": error.wanted}
+            self._log.warning("A job write was not replicated in time.", extra=extra)
+            ending, due_at = Ending.PARKED, self._deps.clock.now_ms() + RETRY_AFTER_FAILURE_MS
         except Exception as error:  # the runner's loop guard: log, and let the job be retried soon
             self._log.error("A job's runner failed.", exc_info=True, extra={"job": job_id, "error": repr(error)})
             ending, due_at = Ending.PARKED, self._deps.clock.now_ms() + RETRY_AFTER_FAILURE_MS

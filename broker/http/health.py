@@ -10,6 +10,7 @@ from redis.exceptions import RedisError
 
 from broker.http.appkeys import admission_key, clock_key, draining_key, hermes_key, metrics_key, redis_key
 from broker.store import work
+from broker.store.connection import cluster_state, is_cluster
 
 READY_TIMEOUT_S = 2.0
 
@@ -37,6 +38,11 @@ async def readyz(request: web.Request) -> web.Response:
         report["scheduled_jobs"] = stats.scheduled
         _set_gauges(app, stats.depth, age_ms)
         report["admission"] = await _admission(app)
+        if is_cluster(app[redis_key]):
+            cluster = report["cluster"] = await cluster_state(app[redis_key])
+            report["redis"] = cluster["state"] == "ok"
+            if not report["redis"]:
+                report["reason"] = "redis cluster state is not ok"
     except (RedisError, OSError, TimeoutError) as error:
         report["reason"] = f"redis unavailable: {type(error).__name__}"
     if report["draining"]:

@@ -46,3 +46,16 @@ def connect(url: str, *, max_connections: int = MAX_CONNECTIONS, cluster: bool =
 
 def is_cluster(redis: object) -> bool:
     return isinstance(redis, RedisCluster)
+
+
+async def cluster_state(redis: Redis) -> dict[str, object]:
+    """What /readyz shows of a cluster: its state as one node sees it, and the masters this client knows."""
+    cluster = cast(RedisCluster, redis)
+    info = cast(dict[str, object], await cluster.cluster_info(target_nodes=RedisCluster.RANDOM))
+    masters = sorted(f"{node.host}:{node.port}" for node in cluster.get_primaries())
+    return {
+        "state": str(info.get("cluster_state", "unknown")),
+        "slots_ok": int(cast(int, info.get("cluster_slots_ok", 0))),
+        "known_nodes": int(cast(int, info.get("cluster_known_nodes", 0))),
+        "masters": masters,
+    }
