@@ -14,13 +14,14 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis
+from attrs import define
 
 from broker.config import _VARIABLES
-from tests.conftest import RedisServer, free_port, wait_for_port
+from tests.conftest import LocalCluster, RedisServer, free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 30.0
@@ -166,6 +167,31 @@ def clean_redis(redis_server: RedisServer) -> RedisServer:
     client.flushdb()
     client.close()
     return redis_server
+
+
+@define
+class Store:
+    """Where brokers keep their jobs: the URL and the variables that go with it (REDIS_CLUSTER)."""
+
+    url: str
+    variables: dict[str, str]
+
+    def client(self) -> redis.Redis:
+        if self.variables.get("REDIS_CLUSTER") == "true":
+            return cast(redis.Redis, redis.RedisCluster.from_url(self.url, decode_responses=True))
+        return redis.Redis.from_url(self.url, decode_responses=True)
+
+
+@pytest.fixture(params=["single", "cluster"])
+def clean_store(request: pytest.FixtureRequest) -> Store:
+    """A flushed single Redis (the session server) or the session cluster: the test runs on both."""
+    if request.param == "cluster":
+        cluster: LocalCluster = request.getfixturevalue("redis_cluster")
+        cluster.wait_ok()
+        cluster.flush()
+        return Store(cluster.url, {"REDIS_CLUSTER": "true"})
+    server: RedisServer = request.getfixturevalue("clean_redis")
+    return Store(server.url, {})
 
 
 @pytest.fixture

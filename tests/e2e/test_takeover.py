@@ -10,7 +10,7 @@ import redis
 
 from broker.store import keys
 from tests.conftest import RedisServer
-from tests.e2e.conftest import BrokerFactory, BrokerProcess, SimulatorProcess, until
+from tests.e2e.conftest import BrokerFactory, BrokerProcess, SimulatorProcess, Store, until
 
 FAST = {"RUNS_POLL_INTERVAL": "200", "RUNS_BACKOFF": "50", "RUNS_BACKOFF_MAX": "200"}
 
@@ -29,14 +29,14 @@ def statuses(broker: BrokerProcess, jobs: list[str]) -> list[str]:
 
 
 def test_a_killed_owners_jobs_are_finished_by_the_other_replica(
-    start_broker: BrokerFactory, clean_redis: RedisServer, simulator: SimulatorProcess
+    start_broker: BrokerFactory, clean_store: Store, simulator: SimulatorProcess
 ) -> None:
     # Given two replicas with a short lease, driving jobs that take a while
     env = {**FAST, "HERMES_URL": simulator.url, "RUNS_LEASE": "1500"}
-    doomed = start_broker(redis_url=clean_redis.url, **env)
+    doomed = start_broker(redis_url=clean_store.url, **clean_store.variables, **env)
     jobs = create_jobs(doomed, 6, "slow sleep:2")
     until(lambda: all(s == "running" for s in statuses(doomed, jobs)), 15)
-    survivor = start_broker(redis_url=clean_redis.url, **env)
+    survivor = start_broker(redis_url=clean_store.url, **clean_store.variables, **env)
     # When the replica that drives them all is SIGKILLed mid-run
     doomed.kill()
     # Then every job completes on the other one, without a second Hermes run for any attempt
@@ -48,14 +48,14 @@ def test_a_killed_owners_jobs_are_finished_by_the_other_replica(
 
 
 def test_a_terminated_replica_hands_its_jobs_over_before_the_lease_expires(
-    start_broker: BrokerFactory, clean_redis: RedisServer, simulator: SimulatorProcess
+    start_broker: BrokerFactory, clean_store: Store, simulator: SimulatorProcess
 ) -> None:
     # Given two replicas with a lease far longer than the jobs
     env = {**FAST, "HERMES_URL": simulator.url, "RUNS_LEASE": "60000"}
-    leaving = start_broker(redis_url=clean_redis.url, **env)
+    leaving = start_broker(redis_url=clean_store.url, **clean_store.variables, **env)
     jobs = create_jobs(leaving, 6, "slow sleep:2")
     until(lambda: all(s == "running" for s in statuses(leaving, jobs)), 15)
-    staying = start_broker(redis_url=clean_redis.url, **env)
+    staying = start_broker(redis_url=clean_store.url, **clean_store.variables, **env)
     # When one replica is SIGTERMed (a rollout)
     assert leaving.terminate() == 0
     # Then the other finishes every job well before a lease could have expired

@@ -14,19 +14,22 @@ from aiohttp.test_utils import TestClient
 from redis.asyncio import Redis
 
 from broker.store import keys
-from tests.conftest import RedisServer
+from tests.conftest import BOTH_BACKENDS
 from tests.integration.conftest import ClientFactory
 from tests.integration.driver.conftest import create, settled
 
+pytestmark = BOTH_BACKENDS
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "scripts" / "rebuild_projections.py"
 
 
 async def run_rebuild(
-    redis_server: RedisServer, *args: str, env: dict[str, str] | None = None
+    redis_target: tuple[str, bool], *args: str, env: dict[str, str] | None = None
 ) -> tuple[int, list[dict[str, object]], str]:
     """Run the script on this worktree's code (not an installed copy): exit code, stdout JSON lines, stderr."""
-    environ = {**os.environ, "REDIS_URL": redis_server.url, "PYTHONPATH": str(ROOT), **(env or {})}
+    url, cluster = redis_target
+    environ = {**os.environ, "REDIS_URL": url, "REDIS_CLUSTER": str(cluster).lower(), "PYTHONPATH": str(ROOT)}
+    environ.update(env or {})
     done = await asyncio.to_thread(
         subprocess.run, [sys.executable, str(SCRIPT), *args], env=environ, capture_output=True, timeout=60, check=False
     )
@@ -34,19 +37,19 @@ async def run_rebuild(
     return done.returncode, lines, done.stderr.decode()
 
 
-async def rebuild(redis_server: RedisServer, *args: str) -> tuple[int, list[dict[str, object]]]:
-    code, lines, _ = await run_rebuild(redis_server, *args)
+async def rebuild(redis_target: tuple[str, bool], *args: str) -> tuple[int, list[dict[str, object]]]:
+    code, lines, _ = await run_rebuild(redis_target, *args)
     return code, lines
 
 
 async def test_rebuild_finds_and_repairs_a_corrupted_view(
-    make_replica: ClientFactory, redis: Redis, redis_server: RedisServer
+    make_replica: ClientFactory, redis: Redis, redis_target: tuple[str, bool]
 ) -> None:
     # Given finished jobs whose stored views are folds of their streams
     replica = await make_replica(board_enabled=True, board_url="http://127.0.0.1:9/board")
     jobs = [(await create(replica, {"input": text}))["run_id"] for text in ("hello", "fail", "tools:1")]
     finished = [await settled(replica, job) for job in jobs]
-    code, lines = await rebuild(redis_server)
+    code, lines = await rebuild(redis_target)
     assert code == 0 and lines[-1] == {"jobs": 3, "differing": 0, "written": False, "replaced": 0}
     # When one stored view is corrupted behind the broker's back
     view_key = keys.view(jobs[0])
@@ -54,16 +57,16 @@ async def test_rebuild_finds_and_repairs_a_corrupted_view(
     state["status"], state["output"] = "failed", None
     await redis.hset(view_key, "state", orjson.dumps(state))  # type: ignore[misc]
     # Then a dry run reports exactly that job and changes nothing
-    code, lines = await rebuild(redis_server)
+    code, lines = await rebuild(redis_target)
     assert code == 1 and lines[-1]["differing"] == 1
     assert lines[0]["job"] == jobs[0] and "view" in lines[0]["differences"]  # type: ignore[operator]
     assert (await (await replica.get(f"/v1/runs/{jobs[0]}")).json())["status"] == "failed"
     # And --write restores the fold, after which the stored object is the original again
-    code, lines = await rebuild(redis_server, "--write")
+    code, lines = await rebuild(redis_target, "--write")
     assert code == 0 and lines[0]["job"] == jobs[0] and lines[0]["replaced"] is True
     restored = await (await replica.get(f"/v1/runs/{jobs[0]}")).json()
     assert restored == finished[0]
-    code, lines = await rebuild(redis_server)
+    code, lines = await rebuild(redis_target)
     assert code == 0 and lines[-1]["differing"] == 0
 
 
@@ -89,7 +92,7 @@ async def _body(client: TestClient[Any, Any], job_id: str) -> bytes:
 
 
 async def test_rebuild_names_exactly_the_damaged_jobs_and_restores_them_byte_for_byte(
-    make_replica: ClientFactory, make_client: ClientFactory, redis: Redis, redis_server: RedisServer
+    make_replica: ClientFactory, make_client: ClientFactory, redis: Redis, redis_target: tuple[str, bool]
 ) -> None:
     # Given five finished jobs of a board-enabled replica, their answers and stored projections captured
     replica = await make_replica(board_enabled=True, board_url=DEAD_BOARD)
@@ -110,7 +113,7 @@ async def test_rebuild_names_exactly_the_damaged_jobs_and_restores_them_byte_for
     await redis.hset(keys.board(bad_board), "latest", "garbage")  # type: ignore[misc]
     damaged = await _stored(redis, missing_all)
     # Then a dry run counts every job stream, names exactly the damaged ones and changes nothing
-    code, lines, stderr = await run_rebuild(redis_server, env=BOARD_ENV)
+    code, lines, stderr = await run_rebuild(redis_target, env=BOARD_ENV)
     assert code == 1, stderr
     assert lines[-1] == {"jobs": 5, "differing": 4, "written": False, "replaced": 0}
     found = {str(line["job"]): line["differences"] for line in lines[:-1]}
@@ -124,7 +127,7 @@ async def test_rebuild_names_exactly_the_damaged_jobs_and_restores_them_byte_for
     assert "rebuild: done, 5 jobs read, 4 differing, 0 replaced" in stderr
     assert await _stored(redis, missing_all) == damaged
     # And --write restores each of them as the job writes had stored it
-    code, lines, stderr = await run_rebuild(redis_server, "--write", env=BOARD_ENV)
+    code, lines, stderr = await run_rebuild(redis_target, "--write", env=BOARD_ENV)
     assert code == 0, stderr
     assert lines[-1] == {"jobs": 5, "differing": 4, "written": True, "replaced": 4}
     assert all(line["replaced"] is True for line in lines[:-1])
@@ -132,12 +135,12 @@ async def test_rebuild_names_exactly_the_damaged_jobs_and_restores_them_byte_for
     # And a broker serving this Redis answers every job byte for byte as before the damage
     fresh = await make_client()
     assert {job_id: await _body(fresh, job_id) for job_id in jobs} == bodies
-    code, lines, _ = await run_rebuild(redis_server, env=BOARD_ENV)
+    code, lines, _ = await run_rebuild(redis_target, env=BOARD_ENV)
     assert code == 0 and lines[-1]["differing"] == 0
 
 
 async def test_rebuild_of_jobs_written_without_boards_writes_no_board_state(
-    make_replica: ClientFactory, redis: Redis, redis_server: RedisServer
+    make_replica: ClientFactory, redis: Redis, redis_target: tuple[str, bool]
 ) -> None:
     # Given finished jobs of a replica with boards off (no board state, no board hash)
     replica = await make_replica()
@@ -149,14 +152,14 @@ async def test_rebuild_of_jobs_written_without_boards_writes_no_board_state(
     await redis.delete(keys.view(jobs[0]))
     await redis.hset(keys.view(jobs[1]), "state", "\xff not json")  # type: ignore[misc]
     # Then --job looks at that one job only, with progress on stderr
-    code, lines, stderr = await run_rebuild(redis_server, "--job", jobs[0], "--progress-every", "1")
+    code, lines, stderr = await run_rebuild(redis_target, "--job", jobs[0], "--progress-every", "1")
     assert code == 1 and [line.get("job") for line in lines] == [jobs[0], None]
     assert lines[-1] == {"jobs": 1, "differing": 1, "written": False, "replaced": 0}
     assert "rebuild: 1 jobs read, 1 differing" in stderr
     # And --write restores both views exactly, without inventing board state
-    code, lines, _ = await run_rebuild(redis_server, "--write")
+    code, lines, _ = await run_rebuild(redis_target, "--write")
     assert code == 0 and lines[-1] == {"jobs": 3, "differing": 2, "written": True, "replaced": 2}
     assert {job_id: await _stored(redis, job_id) for job_id in jobs} == before
     # And a job without a stream is named as such
-    code, lines, stderr = await run_rebuild(redis_server, "--job", "job_nope")
+    code, lines, stderr = await run_rebuild(redis_target, "--job", "job_nope")
     assert code == 2 and "Job job_nope has no event stream." in stderr
