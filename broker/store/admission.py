@@ -2,8 +2,9 @@
 
 The slots and the limit are one cluster-wide set in the `{adm}` slot (Hermes is one resource); the line is
 per partition (`hbr:{pN}:line`, entered and left by the job write). A pass (`admit`):
-  1. reads the heads of every partition's line (one pipeline) and merges them oldest first;
-  2. reserves up to n slots in `{adm}` (admission_admit.lua: the limit, probe pacing);
+  1. reserves up to n slots in `{adm}` (admission_admit.lua: the limit, probe pacing; a reservation counts
+     against the limit but is no live run); none: done (one round trip at the limit);
+  2. reads the heads of every partition's line (one pipeline, n each) and merges them oldest first;
   3. for each head in order, claims it (admission_claim.lua, the job's slot: off the line, its run lease
      taken, due for takeover) and gives it a reserved slot (admission_grant.lua); a head another replica
      took is skipped;
@@ -30,6 +31,7 @@ from broker.store.scripts import Scripts
 
 _REASONS = frozenset(reason.value for reason in HoldReason)
 _KEYS = [keys.ADMISSION_STATE, keys.ADMISSION_LIVE, keys.ADMISSION_SLOTS]
+_RESERVE_KEYS = [*_KEYS, keys.ADMISSION_RESERVED]
 
 
 @frozen
@@ -92,17 +94,16 @@ class AdmissionStore:
     async def admit(self, now_ms: int, most: int) -> Grants:
         """Take up to `most` jobs off the heads of the lines, oldest first, each with a slot and its run
         lease, as far as the limit allows."""
-        heads = await self._heads(most)
-        if not heads:
-            return Grants([], None)
         p = self.pacing
         reply = _ints_and_ids(
             await self._scripts.admission_admit(
-                keys=_KEYS,
-                args=[now_ms, min(most, len(heads)), p.slot_ttl_ms, p.pinned, INITIAL_LIMIT, new_token()],
+                keys=_RESERVE_KEYS, args=[now_ms, most, p.slot_ttl_ms, p.pinned, INITIAL_LIMIT, new_token()]
             )
         )
         wake, reservations = int(reply[0]), reply[1:]
+        if not reservations:
+            return Grants([], wake or None)  # at the limit, or pacing a refusal: one round trip
+        heads = await self._heads(len(reservations))
         grants: list[Grant] = []
         for job_id in heads:
             if len(grants) == len(reservations):
@@ -117,12 +118,12 @@ class AdmissionStore:
             if claimed[0] != "1":
                 continue  # another replica took it (or drives it): the next head
             await self._scripts.admission_grant(
-                keys=_KEYS, args=[reservations[len(grants)], job_id, claimed[1], now_ms, p.slot_ttl_ms]
+                keys=_RESERVE_KEYS, args=[reservations[len(grants)], job_id, claimed[1], now_ms, p.slot_ttl_ms]
             )
             grants.append(Grant(job_id, token))
         unused = reservations[len(grants) :]
         if unused:
-            await self._scripts.admission_unreserve(keys=[keys.ADMISSION_STATE, keys.ADMISSION_LIVE], args=unused)
+            await self._scripts.admission_unreserve(keys=[keys.ADMISSION_STATE, keys.ADMISSION_RESERVED], args=unused)
         return Grants(grants, wake or None)
 
     async def _heads(self, most: int) -> list[str]:

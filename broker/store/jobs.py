@@ -13,6 +13,7 @@ from broker.codec import decode, decode_board, decode_view, encode, encode_board
 from broker.errors import JobNotFound, LeaseLost, StreamConflict
 from broker.events import JobCreated, JobEvent
 from broker.store import keys
+from broker.store.connection import is_cluster
 from broker.store.durability import Durability
 from broker.store.scripts import Scripts, as_strings, ring_work
 from projections.board import BoardState
@@ -57,6 +58,7 @@ class JobStore:
     ) -> None:
         self._redis = redis
         self._scripts = Scripts(redis, durability)
+        self._cluster = is_cluster(redis)
         self._retention_ms = retention_ms
         self._hold_ms = hold_ms  # a job still waiting in the line by then is woken to expire (RUNS_HOLD)
 
@@ -64,10 +66,11 @@ class JobStore:
         """Store `event` and its view, put the job in the admission line and ring the work stream for it,
         unless the job id exists already."""
         reply = await self._write(
-            event.job_id, [event], view, expected="$new", due_at=event.at_ms + self._hold_ms, board=board
+            event.job_id, [event], view, expected="$new", ring="line", due_at=event.at_ms + self._hold_ms, board=board
         )
         if reply[0] == "OK":
-            await ring_work(self._redis, {"line": event.job_id})  # a hint: the line is looked at anyway
+            if self._cluster:  # the doorbell (a hint: the line is looked at anyway) is another slot there
+                await ring_work(self._redis, {"line": event.job_id})
             return Created(Snapshot(view, reply[1], board.state if board else None), created=True)
         existing = decode_view(reply[1]) or (await self._refold(event.job_id)).view
         return Created(Snapshot(existing, ""), created=False)
@@ -107,10 +110,12 @@ class JobStore:
         *,
         expected: str,
         token: str | None = None,
+        ring: str | None = None,
         due_at: int | None = None,
         board: BoardWrite | None = None,
     ) -> list[str]:
-        """One append_events.lua over the job's partition (one slot); acknowledged after WAIT when asked."""
+        """One append_events.lua over the job's partition (one slot; on a single Redis also the work stream,
+        when `ring`); acknowledged after WAIT when asked."""
         write: dict[str, object] = {
             "job": job_id,
             "expect": expected,
@@ -119,6 +124,8 @@ class JobStore:
         }
         if due_at is not None:
             write["due"] = str(due_at)
+        if ring is not None and not self._cluster:
+            write["ring"] = ring
         if expected == "$new":
             write["line"] = "enter"
         elif view.status.terminal:
@@ -147,6 +154,7 @@ class JobStore:
                 keys.board_due(partition),
                 keys.board_index(partition),
                 keys.line(partition),
+                *([] if self._cluster else [keys.WORK]),
             ],
             args=[orjson.dumps(write), encode_view(view), state, report, *(encode(event) for event in events)],
         )

@@ -21,7 +21,8 @@ hbr:lock:<name>              string  token-owned locks                          
   hbr:lock:board:<J>         one board key's deliveries                                longest delivery; sender
   hbr:lock:board:reconcile   one reconciliation pass per interval                      BOARD_RECONCILE_INTERVAL
 hbr:signals                  pubsub  job ids whose owner should re-read their stream   -; http (stop, approval)
-hbr:{adm}:live               zset    jobs (or reservations) holding an admission slot  none; admission
+hbr:{adm}:live               zset    jobs holding an admission slot -> slot expiry ms  none; admission
+hbr:{adm}:reserved           zset    slots reserved for a pass -> expiry ms            none; admission pass
 hbr:{adm}:slots              hash    job holding a slot -> its place in the line       none; admission
 hbr:{adm}:state              hash    the learnt limit and the refusal (probe) state    none; admission
 
@@ -53,8 +54,7 @@ _ADMISSION = f"{PREFIX}:{{adm}}"
 ADMISSION_LIVE = f"{_ADMISSION}:live"
 ADMISSION_SLOTS = f"{_ADMISSION}:slots"
 ADMISSION_STATE = f"{_ADMISSION}:state"
-#: Members of ADMISSION_LIVE that reserve a slot before a job is chosen for it (start with this).
-RESERVATION_PREFIX = "~"
+ADMISSION_RESERVED = f"{_ADMISSION}:reserved"
 
 #: Every partition's events stream, as a SCAN pattern.
 EVENTS_MATCH = f"{PREFIX}:{{p*}}:*:events"

@@ -1,8 +1,9 @@
 -- Reserve admission slots for the heads of the partition lines (SPEC S4.1): at most `limit` of the
 -- broker's runs live on Hermes across replicas; while Hermes refuses, one probe at a time, not before
--- retry_at. A reservation is a member `~<token>:<i>` of the live zset with the slot's expiry, so one that
--- is never granted (the caller died) comes back by itself; admission_grant.lua gives it to a job.
--- KEYS[1] admission state hash   KEYS[2] live zset   KEYS[3] slots hash   (one slot: {adm})
+-- retry_at. A reservation `~<token>:<i>` counts against the limit until admission_grant.lua gives it to
+-- a job or admission_unreserve.lua gives it back; one never settled (the caller died) expires by itself.
+-- KEYS[1] admission state hash   KEYS[2] live zset   KEYS[3] slots hash   KEYS[4] reserved zset
+--   (one slot: {adm})
 -- ARGV[1] now (epoch ms)   ARGV[2] most slots the caller can use   ARGV[3] slot ttl ms (RUNS_LEASE)
 -- ARGV[4] pinned limit (0 = learnt)   ARGV[5] a learnt limit's start   ARGV[6] reservation token
 -- Returns {wake_at, reservation1, ...}; wake_at (0 = none) is when the next probe may go while Hermes
@@ -13,12 +14,13 @@ for _, job in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)) do
   redis.call('ZREM', KEYS[2], job)
   redis.call('HDEL', KEYS[3], job)
 end
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
 local s = redis.call('HMGET', KEYS[1], 'limit', 'refusing', 'retry_at', 'probe_until')
 local limit = tonumber(ARGV[4])
 if limit == 0 then
   limit = tonumber(s[1] or ARGV[5])
 end
-local n = math.min(tonumber(ARGV[2]), limit - redis.call('ZCARD', KEYS[2]))
+local n = math.min(tonumber(ARGV[2]), limit - redis.call('ZCARD', KEYS[2]) - redis.call('ZCARD', KEYS[4]))
 local reply, probe = {0}, false
 if s[2] and s[2] ~= '' then
   if now < tonumber(s[3] or '0') then
@@ -31,11 +33,11 @@ if s[2] and s[2] ~= '' then
 end
 for i = 1, n do
   local reservation = '~' .. ARGV[6] .. ':' .. i
-  redis.call('ZADD', KEYS[2], now + ttl, reservation)
+  redis.call('ZADD', KEYS[4], now + ttl, reservation)
   reply[#reply + 1] = reservation
 end
 if probe and #reply > 1 then
+  -- counted as a probe once a job is granted the reservation (admission_grant.lua)
   redis.call('HSET', KEYS[1], 'probe', reply[2], 'probe_until', now + ttl)
-  redis.call('HINCRBY', KEYS[1], 'probes', 1)
 end
 return reply

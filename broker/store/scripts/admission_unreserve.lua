@@ -1,6 +1,6 @@
 -- Give back reserved admission slots the caller found no job for (the lines were shorter, or other
 -- replicas claimed their heads first). A probe reserved for one of them is over.
--- KEYS[1] admission state hash   KEYS[2] live zset   (one slot: {adm})
+-- KEYS[1] admission state hash   KEYS[2] reserved zset   (one slot: {adm})
 -- ARGV[1..] reservations
 -- Returns the number given back
 local probe, n = redis.call('HGET', KEYS[1], 'probe'), 0

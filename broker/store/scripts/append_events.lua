@@ -3,13 +3,16 @@
 -- KEYS[1] job events   KEYS[2] job view hash   KEYS[3] job lease   KEYS[4] partition due zset
 -- KEYS[5] job board hash   KEYS[6] partition board outbox   KEYS[7] partition board due zset
 -- KEYS[8] partition board index zset   KEYS[9] partition admission line zset
---   (one slot: every key carries the job's partition tag {pN}; the work doorbell is rung after the script)
+--   (one slot: every key carries the job's partition tag {pN})
+-- KEYS[10] work stream: only on a single Redis, where the doorbell costs no round trip of its own; on a
+--   cluster it is another slot, and the caller rings it after the script
 -- ARGV[1] the write, a JSON object of strings:
 --   job        the job id
 --   expect     '' = do not check, '$new' = create only if the job does not exist, else the expected last id
 --   token      the lease token that fences the write ('' = not fenced)
 --   retention  ms every job key lives after this write
 --   due        present: the job's next wake-up in the due schedule (epoch ms)
+--   ring       present (with KEYS[10]): ring the work stream with this doorbell field ('line')
 --   line       'enter': the job joins the admission line, placed by its first event's id (arrival order);
 --              'leave': it leaves the line (it is terminal)
 --   board      present: a new board version {at, change ('1' = state change), expire (epoch ms),
@@ -52,6 +55,9 @@ redis.call('PEXPIRE', KEYS[1], w.retention)
 redis.call('PEXPIRE', KEYS[2], w.retention)
 if w.due then
   redis.call('ZADD', KEYS[4], w.due, w.job)
+end
+if w.ring and KEYS[10] then
+  redis.call('XADD', KEYS[10], 'MAXLEN', '~', 100000, '*', w.ring, w.job)
 end
 
 local b = w.board

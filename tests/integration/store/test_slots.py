@@ -1,9 +1,11 @@
 """One slot per atomic write (DESIGN §6, SPEC S9): every script and MULTI of the store, run against a real
 Redis in cluster mode, where a write whose KEYS span two hash slots fails with CROSSSLOT.
 
-The node owns every slot, so a plain client reaches all keys and the only thing that can fail is the slot
-rule itself. A static check adds that every script's KEYS, as the store passes them, map to one slot, and
-that every script of the store is exercised here.
+The node owns every slot and the store runs through the broker's cluster client (REDIS_CLUSTER=true), so
+the only thing that can fail is the slot rule itself (the node answers CROSSSLOT). Static checks add that
+the keys of a job write and of the admission scripts map to one slot each, that every script's header
+names its keys and their slot, and that every script of the store is exercised here. (On a single Redis
+the job write also rings the work stream in the same script: no slots there.)
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from broker.events import HoldReason, JobCreated
 from broker.store import keys, scripts
 from broker.store.admission import AdmissionStore, Pacing
 from broker.store.board import BoardStore, OutboxEntry
+from broker.store.connection import connect
 from broker.store.jobs import BoardWrite, JobStore
 from broker.store.leases import Leases
 from broker.store.rebuild import RebuildStore, Replacement
@@ -51,8 +54,11 @@ def cluster_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 
 @pytest.fixture
 async def node(cluster_node: RedisServer) -> AsyncIterator[Redis]:
-    client = Redis(port=cluster_node.port, decode_responses=True)
-    await client.flushall()
+    """The broker's cluster client (REDIS_CLUSTER=true) on the one-node cluster: the code paths of a cluster."""
+    plain = Redis(port=cluster_node.port)
+    await plain.flushall()
+    await plain.aclose()
+    client = connect(cluster_node.url, cluster=True)
     yield client
     await client.aclose()
 
@@ -135,7 +141,7 @@ async def _admit_with_a_waiting_job(redis: Redis) -> object:
 
 async def _unreserve(redis: Redis) -> object:
     return await Scripts(redis).admission_unreserve(
-        keys=[keys.ADMISSION_STATE, keys.ADMISSION_LIVE], args=["~t:1", "~t:2"]
+        keys=[keys.ADMISSION_STATE, keys.ADMISSION_RESERVED], args=["~t:1", "~t:2"]
     )
 
 
@@ -159,12 +165,10 @@ async def _board_promote(redis: Redis) -> object:
 
 
 async def _outbox_entries(redis: Redis) -> list[OutboxEntry]:
-    # one partition's outbox, read as the cluster client reads it (the single-Redis read spans partitions)
-    await BoardStore(redis).ensure_group()
-    outbox, partition = keys.board_outbox(keys.partition_of(JOB)), keys.partition_of(JOB)
-    await redis.xadd(outbox, {"job": JOB, "at": "1"})
-    reply = await redis.xreadgroup(keys.BOARD_OUTBOX_GROUP, "c1", {outbox: ">"}, count=10)
-    return [OutboxEntry(entry_id, JOB, partition) for _, batch in reply for entry_id, _ in batch]
+    store = BoardStore(redis)
+    await store.ensure_group()
+    await redis.xadd(keys.board_outbox(keys.partition_of(JOB)), {"job": JOB, "at": "1"})
+    return await store.read_outbox("c1", 10, 10)
 
 
 async def _board_outbox_done(redis: Redis) -> object:
@@ -245,7 +249,7 @@ def test_every_key_of_a_job_write_maps_to_one_slot(job_id: str) -> None:
         keys.board_index(partition),
     ]
     assert len({key_slot(key.encode()) for key in job_write}) == 1
-    admission = [keys.ADMISSION_STATE, keys.ADMISSION_LIVE, keys.ADMISSION_SLOTS]
+    admission = [keys.ADMISSION_STATE, keys.ADMISSION_LIVE, keys.ADMISSION_SLOTS, keys.ADMISSION_RESERVED]
     assert len({key_slot(key.encode()) for key in admission}) == 1
 
 
@@ -256,7 +260,11 @@ def test_the_partitions_spread_over_many_slots() -> None:
     assert thirds == {0, 1, 2}
 
 
-async def test_the_node_refuses_a_cross_slot_script(node: Redis) -> None:
-    # The check itself can fail: a script over keys of two slots is refused here.
+async def test_a_cross_slot_script_is_refused(node: Redis, cluster_node: RedisServer) -> None:
+    # The check itself can fail: a script over keys of two slots is refused, by the node and by the client.
+    plain = Redis(port=cluster_node.port)
+    with pytest.raises(ClusterCrossSlotError):
+        await plain.eval("return redis.call('SET', KEYS[1], '1')", 2, "{a}x", "{b}y")
+    await plain.aclose()
     with pytest.raises(ClusterCrossSlotError):
         await node.eval("return redis.call('SET', KEYS[1], '1')", 2, "{a}x", "{b}y")
