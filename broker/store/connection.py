@@ -15,6 +15,7 @@ from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError, TimeoutError
 
 MAX_CONNECTIONS = 32
+CLUSTER_MAX_CONNECTIONS = 512  #: per node
 POOL_WAIT_S = 10
 
 
@@ -23,10 +24,12 @@ def connect(url: str, *, max_connections: int = MAX_CONNECTIONS, cluster: bool =
     failing (redis-py's default pool raises, STYLE A.8 #1), and a command is retried through a
     brief disconnect (Redis restart, failover)."""
     if cluster:
+        # redis-py's cluster pools do not wait for a free connection (they raise), so each node's pool is
+        # large enough for every concurrent command plus one SSE reader per partition
         client = RedisCluster.from_url(
             url,
             decode_responses=True,
-            max_connections=max_connections,
+            max_connections=CLUSTER_MAX_CONNECTIONS,
             socket_connect_timeout=5,
             retry=Retry(ExponentialBackoff(cap=2, base=0.05), retries=12),
         )

@@ -26,10 +26,10 @@ hbr:{adm}:reserved           zset    slots reserved for a pass -> expiry ms     
 hbr:{adm}:slots              hash    job holding a slot -> its place in the line       none; admission
 hbr:{adm}:state              hash    the learnt limit and the refusal (probe) state    none; admission
 
-The work stream is only a wake-up hint, written right after the job write (same round trip on a single
-Redis): the due schedules and lines are the durable memory, looked at periodically by every replica, so a
-lost doorbell costs a tick, never a job. The admission slots and the limit stay one cluster-wide set in
-the `{adm}` slot (Hermes is one resource); the line is per partition.
+The work stream is only a wake-up hint, written by the job write itself on a single Redis (no slots there)
+and right after it on a cluster: the due schedules and lines are the durable memory, looked at
+periodically by every replica, so a lost doorbell costs a tick, never a job. The admission slots and the
+limit stay one cluster-wide set in the `{adm}` slot (Hermes is one resource); the line is per partition.
 
 Keys of the layout before partitions (broker <= 0.x, "layout 1"): `hbr:{J}:*`, `hbr:work`, `hbr:due`,
 `hbr:board:*`, `hbr:{adm}:line`. The broker refuses to start on them; `python scripts/migrate_layout.py`
