@@ -22,6 +22,7 @@ from broker.codec import view_codec
 from broker.config import Config
 from broker.store.connection import connect
 from broker.store.jobs import JobStore
+from broker.store.listing import IndexRepair
 from projections import board as board_projection
 from projections import job as job_projection
 
@@ -52,9 +53,26 @@ async def rebuild(redis_url: str, platform: str, write: bool) -> tuple[int, int]
                 at = board.version.at_ms if board.version else 0
                 replaced = await store.replace_views(job_id, history[-1][0], view, board, report, at)
                 print(orjson.dumps({"job": job_id, "replaced": replaced}).decode())
+        differing += await rebuild_index(store, IndexRepair(redis), write)
     finally:
         await redis.aclose()
     return seen, differing
+
+
+async def rebuild_index(store: JobStore, repair: IndexRepair, write: bool) -> int:
+    """The listing index (SPEC S3.9) from the streams: every job under its status and latest change, no
+    entry for a job that is gone. Returns how many entries differed (each printed; `--write` repairs)."""
+    differing = 0
+    async for job_id in store.job_ids():
+        history = await store.read(job_id)
+        view = job_projection.fold(event for _, event in history)
+        if view is not None and await repair.job(view, history[-1][0], write=write):
+            differing += 1
+            print(orjson.dumps({"job": job_id, "differences": {"index": "missing or misplaced"}}).decode())
+    for job_id in await repair.dangling(write=write):
+        differing += 1
+        print(orjson.dumps({"job": job_id, "differences": {"index": "the job is gone"}}).decode())
+    return differing
 
 
 def _differences(

@@ -17,7 +17,7 @@ from broker.driver.service import JobService
 from broker.driver.supervisor import Supervisor
 from broker.driver.writer import Writer
 from broker.hermes.client import AiohttpHermesClient, HermesClient
-from broker.http import health, routes, sse
+from broker.http import health, listing, routes, sse
 from broker.http.appkeys import (
     InFlight,
     board_key,
@@ -76,6 +76,7 @@ def create_app(
         app.cleanup_ctx.append(_board_context)
     app.on_cleanup.append(_close_hermes)
     routes.register(app)
+    listing.register(app)
     sse.register(app)
     health.register(app)
     return app

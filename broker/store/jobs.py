@@ -11,13 +11,14 @@ from redis.asyncio import Redis
 
 from broker.codec import decode, decode_board, decode_view, encode, encode_board, encode_view
 from broker.errors import JobNotFound, LeaseLost, StreamConflict
-from broker.events import JobCreated, JobEvent
+from broker.events import JobCreated, JobEvent, JobStatus
 from broker.store import keys
 from broker.store.scripts import Scripts, as_strings
 from projections.board import BoardState
 from projections.job import JobView, fold
 
 START = "0-0"
+STATUS_INDEXES = tuple(keys.runs_index(status.value) for status in JobStatus)  #: KEYS[11..] of the write
 
 
 @frozen
@@ -110,6 +111,7 @@ class JobStore:
             "expect": expected,
             "token": token or "",
             "retention": str(self._retention_ms),
+            "index": {"score": str(view.updated_at_ms), "key": keys.runs_index(view.status.value)},
         }
         if enqueue:
             write["ring"] = "job"
@@ -137,6 +139,8 @@ class JobStore:
                 keys.BOARD_OUTBOX,
                 keys.BOARD_DUE,
                 keys.BOARD_INDEX,
+                keys.RUNS_INDEX,
+                *STATUS_INDEXES,
             ],
             args=[orjson.dumps(write), encode_view(view), state, report, *(encode(event) for event in events)],
         )

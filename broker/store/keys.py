@@ -14,6 +14,8 @@ hbr:lock:<name>   string  token-owned locks                                   lo
   hbr:lock:board:<J>       one board key's deliveries                       longest delivery; sender
   hbr:lock:board:reconcile one reconciliation pass per interval             BOARD_RECONCILE_INTERVAL; reconciler
 hbr:signals       pubsub  job ids whose owner should re-read their stream     -; http (stop, approval)
+hbr:runs          zset    job id -> updated_at ms: every job (GET /v1/runs)   past RUNS_RETENTION; same script as append
+hbr:runs:<status> zset    the same, one per job status (the status filter)    past RUNS_RETENTION; same script as append
 
 `{J}` is the job id as a Redis Cluster hash tag: every per-job key lives in one slot, so every
 per-job atomic write is one Lua script on one node.
@@ -32,6 +34,7 @@ BOARD_OUTBOX = f"{PREFIX}:board:outbox"
 BOARD_OUTBOX_GROUP = "senders"
 BOARD_DUE = f"{PREFIX}:board:due"
 BOARD_INDEX = f"{PREFIX}:board:index"
+RUNS_INDEX = f"{PREFIX}:runs"
 
 
 def events(job_id: str) -> str:
@@ -48,6 +51,11 @@ def lease(job_id: str) -> str:
 
 def board(job_id: str) -> str:
     return f"{PREFIX}:{{{job_id}}}:board"
+
+
+def runs_index(status: str) -> str:
+    """The listing index of the jobs in one status (SPEC S3.9); `RUNS_INDEX` holds every job."""
+    return f"{RUNS_INDEX}:{status}"
 
 
 def lock(name: str) -> str:

@@ -2,6 +2,7 @@
 -- retention, and persist the board projection with its pending delivery (SPEC S3.6, S5.3), atomically.
 -- KEYS[1] job events   KEYS[2] job view hash   KEYS[3] job lease   KEYS[4] work stream   KEYS[5] due zset
 -- KEYS[6] job board hash   KEYS[7] board outbox   KEYS[8] board due zset   KEYS[9] board index zset
+-- KEYS[10] listing index of every job   KEYS[11..] listing index of each job status (SPEC S3.9)
 -- ARGV[1] the write, a JSON object of strings:
 --   job        the job id
 --   expect     '' = do not check, '$new' = create only if the job does not exist, else the expected last id
@@ -11,6 +12,8 @@
 --   due        present: the job's next wake-up in the due schedule (epoch ms)
 --   board      present: a new board version {at, change ('1' = state change), expire (epoch ms),
 --              refresh (ms), now (epoch ms)}
+--   index      present: the listing entry {score (the view's updated_at ms), key (the index of its status,
+--              one of KEYS[11..])}
 -- ARGV[2] job view JSON   ARGV[3] board fold state JSON ('' = no board)   ARGV[4] board report ('' = none)
 -- ARGV[5..] event JSONs, oldest first
 -- Returns {'OK', id1, ...} | {'EXISTS', view JSON} | {'MISSING'} | {'FENCED'} | {'CONFLICT', actual last id}
@@ -45,6 +48,34 @@ if w.ring then
 end
 if w.due then
   redis.call('ZADD', KEYS[5], w.due, w.job)
+end
+
+local x = w.index
+if x then
+  -- The listing (SPEC S3.9): the job under its latest change in the all-jobs index and in the index of
+  -- its status only. The view hash remembers which status index holds the job ('indexed'); a job stored
+  -- before the index existed is removed from every other status index once. Entries past the retention
+  -- of this write's time are trimmed (their jobs have expired; the reader also skips them).
+  local indexed = redis.call('HGET', KEYS[2], 'indexed')
+  local target = nil
+  for i = 11, #KEYS do
+    if KEYS[i] == x.key then
+      target = KEYS[i]
+    elseif indexed ~= x.key and (KEYS[i] == indexed or (not indexed and w.expect ~= '$new')) then
+      redis.call('ZREM', KEYS[i], w.job)
+    end
+  end
+  if not target then
+    return redis.error_reply('index key ' .. x.key .. ' is not among KEYS')
+  end
+  local expired = '(' .. (tonumber(x.score) - tonumber(w.retention))
+  redis.call('ZADD', KEYS[10], x.score, w.job)
+  redis.call('ZADD', target, x.score, w.job)
+  redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', expired)
+  redis.call('ZREMRANGEBYSCORE', target, '-inf', expired)
+  if indexed ~= x.key then
+    redis.call('HSET', KEYS[2], 'indexed', x.key)
+  end
 end
 
 local b = w.board
