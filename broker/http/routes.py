@@ -6,6 +6,7 @@ from aiohttp import web
 
 from broker.errors import JobNotFound
 from broker.http import appkeys as keys
+from broker.http.crosssite import same_site_only
 from broker.http.errors import envelope
 from broker.http.proxy import proxy_or_not_found
 from broker.http.render import job_object
@@ -13,6 +14,7 @@ from broker.http.schemas import ApprovalChoice, CreateRun
 from broker.ids import JOB_PREFIX
 
 
+@same_site_only
 async def create_run(request: web.Request) -> web.Response:
     run = CreateRun.from_request(await request.read(), request.headers)
     result = await request.app[keys.service_key].create(run)
@@ -31,6 +33,7 @@ async def get_run(request: web.Request) -> web.StreamResponse:
     return web.json_response(job_object(view))
 
 
+@same_site_only
 async def stop_run(request: web.Request) -> web.StreamResponse:
     run_id = request.match_info["run_id"]
     try:
@@ -40,6 +43,7 @@ async def stop_run(request: web.Request) -> web.StreamResponse:
     return web.json_response({"run_id": view.job_id, "status": view.status.value})
 
 
+@same_site_only
 async def approve_run(request: web.Request) -> web.StreamResponse:
     run_id = request.match_info["run_id"]
     service = request.app[keys.service_key]
