@@ -11,6 +11,7 @@ from broker.board.projector import BoardSettings
 from broker.board.service import BoardService
 from broker.clock import Clock, SystemClock
 from broker.config import Config
+from broker.console import routes as console
 from broker.driver.decide import Policy
 from broker.driver.runner import Deps
 from broker.driver.service import JobService
@@ -79,6 +80,8 @@ def create_app(
     listing.register(app)
     sse.register(app)
     health.register(app)
+    if config.console_enabled:
+        console.register(app)
     return app
 
 

@@ -19,7 +19,12 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    app = request.app
+    report = await ready_report(request.app)
+    return web.json_response(report, status=200 if report["status"] == "ready" else 503)
+
+
+async def ready_report(app: web.Application) -> dict[str, object]:
+    """What /readyz answers (also shown by the console): Redis, draining, Hermes, the queue, `status`."""
     report: dict[str, object] = {
         "redis": False,
         "draining": app[draining_key][0],
@@ -42,7 +47,7 @@ async def readyz(request: web.Request) -> web.Response:
         report["reason"] = "draining"
     ready = report["redis"] is True and not report["draining"]
     report["status"] = "ready" if ready else "not_ready"
-    return web.json_response(report, status=200 if ready else 503)
+    return report
 
 
 def _set_gauges(app: web.Application, depth: int, age_ms: int | None) -> None:
