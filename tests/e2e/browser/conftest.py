@@ -53,12 +53,18 @@ def simulator() -> Iterator[Simulator]:
 
 
 @pytest.fixture
-def broker(redis_server: RedisServer, simulator: Simulator, start_broker: BrokerFactory) -> BrokerProcess:
-    """One broker replica driving jobs against the simulator, on a Redis without other tests' jobs."""
+def clean_redis(redis_server: RedisServer) -> RedisServer:
+    """The session server without other tests' jobs (a broker would drive them against this simulator)."""
     client = redis.Redis.from_url(redis_server.url)
     client.flushdb()
     client.close()
-    return start_broker(redis_url=redis_server.url, HERMES_URL=simulator.url, HERMES_TIMEOUT="5000", **FAST)
+    return redis_server
+
+
+@pytest.fixture
+def broker(clean_redis: RedisServer, simulator: Simulator, start_broker: BrokerFactory) -> BrokerProcess:
+    """One broker replica driving jobs against the simulator."""
+    return start_broker(redis_url=clean_redis.url, HERMES_URL=simulator.url, HERMES_TIMEOUT="5000", **FAST)
 
 
 def _binaries() -> tuple[str, str]:

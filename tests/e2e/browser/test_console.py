@@ -17,9 +17,9 @@ from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from tests.conftest import free_port
-from tests.e2e.browser.conftest import Simulator, requested_urls, until
-from tests.e2e.conftest import BrokerProcess
+from tests.conftest import RedisServer, free_port
+from tests.e2e.browser.conftest import FAST, Simulator, requested_urls, until
+from tests.e2e.conftest import BrokerFactory, BrokerProcess
 
 XSS = "<img src=x onerror=alert(1)>"
 JSON = {"Content-Type": "application/json"}
@@ -214,3 +214,24 @@ Promise.all([
     browser.find_element(By.CSS_SELECTOR, '[data-action="stop"]').click()
     until(lambda: job(broker, running)["status"] == "cancelled", what="cancelled from the console")
     broker.request("POST", f"/v1/runs/{waiting}/stop")
+
+
+def test_the_timeline_resumes_after_the_broker_restarts(
+    clean_redis: RedisServer, simulator: Simulator, start_broker: BrokerFactory, browser: WebDriver
+) -> None:
+    # Given a job page following a live job
+    port = free_port()
+    first = start_broker(redis_url=clean_redis.url, port=port, HERMES_URL=simulator.url, **FAST)
+    simulator.settings(step_s=0.3)
+    job_id = create(first, "tools:4 sleep:4")
+    until(lambda: job(first, job_id)["status"] == "running", what="running")
+    browser.get(f"{first.url}/console/jobs/{job_id}")
+    until(lambda: len(page_ids(browser)) >= 3, what="some events")
+    # When the broker drains (its event streams end without a terminal event) and comes back on the same port
+    assert first.terminate() == 0
+    second = start_broker(redis_url=clean_redis.url, port=port, HERMES_URL=simulator.url, **FAST)
+    # Then the page resumes with Last-Event-ID: every event once, in order, up to the job's end
+    until(lambda: status_text(browser) == "completed", timeout=40, what="completed after the restart")
+    expected = sse_ids(second, job_id)
+    until(lambda: page_ids(browser) == expected, what="the whole timeline")
+    assert len(set(expected)) == len(expected)
