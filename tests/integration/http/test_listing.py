@@ -213,3 +213,23 @@ async def test_the_rebuild_restores_the_index_from_the_streams(
     await _stop(client, jobs[1])
     assert {job["run_id"] for job in await _all_pages(client, status="queued")} == {jobs[2]}
     assert (await _rebuild(redis_server))[1][-1]["differing"] == 0
+
+
+async def test_a_job_stored_before_the_index_is_moved_to_its_status_on_its_next_write(
+    client: TestClient[Any, Any], redis: Redis
+) -> None:
+    # Given a job as an older broker left it: no index entries, no `indexed` mark, a stale status entry
+    job_id = await _create(client, "legacy")
+    await redis.hdel(keys.view(job_id), "indexed")  # type: ignore[misc]
+    await redis.zrem(keys.RUNS_INDEX, job_id)
+    await redis.zrem(keys.runs_index("queued"), job_id)
+    await redis.zadd(keys.runs_index("running"), {job_id: 1})
+    assert (await _list(client))["data"] == []
+    # When it changes
+    await _stop(client, job_id)
+    # Then it is listed once, under its status only
+    assert [job["run_id"] for job in (await _list(client))["data"]] == [job_id]
+    for status in ("queued", "running", "cancelled"):
+        listed = [job["run_id"] for job in (await _list(client, status=status))["data"]]
+        assert listed == ([job_id] if status == "cancelled" else [])
+    assert await redis.zscore(keys.runs_index("running"), job_id) is None
