@@ -13,7 +13,7 @@ from aiohttp import web
 
 from broker import logging as broker_logging
 from broker.config import Config
-from broker.errors import ConfigError
+from broker.errors import CannotListen, ConfigError
 from broker.http.app import create_app, drain
 from broker.http.appkeys import inflight_key
 from broker.logging import get_logger
@@ -37,7 +37,11 @@ def main() -> int:
             except ConfigError as error:
                 print(f"Invalid configuration: {error.message}", file=sys.stderr)
                 return 2
-        asyncio.run(serve(config, redis_url))
+        try:
+            asyncio.run(serve(config, redis_url))
+        except CannotListen as error:
+            print(error.message, file=sys.stderr)
+            return 1  # leaving the `with` stops the embedded Redis
     return 0
 
 
@@ -48,7 +52,11 @@ async def serve(config: Config, redis_url: str) -> None:
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_TAIL_S)  # requests were waited for
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as error:
+        await runner.cleanup()  # the app started (Redis, driver): hand everything back before exiting
+        raise CannotListen(config.host, config.port, error) from None
     log.info("Listening.", extra={"host": config.host, "port": config.port})
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()

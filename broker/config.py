@@ -26,6 +26,7 @@ class Config:
     hermes_url: str = "http://127.0.0.1:8642"
     hermes_api_key: str | None = attrs.field(default=None, repr=False)  # a secret: never printed
     hermes_timeout_ms: int = 30_000
+    hermes_max_concurrent: int = 0  #: 0 = learn the limit from Hermes's answers (SPEC S4.1)
     runs_concurrency: int = 64
     runs_hold_ms: int = 2_400_000
     runs_resubmit: int = 3
@@ -144,6 +145,7 @@ _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "HERMES_URL": ("hermes_url", _url),
     "HERMES_API_KEY": ("hermes_api_key", _optional_text),
     "HERMES_TIMEOUT": ("hermes_timeout_ms", _integer(1)),
+    "HERMES_MAX_CONCURRENT": ("hermes_max_concurrent", _integer(0)),
     "RUNS_CONCURRENCY": ("runs_concurrency", _integer(1)),
     "RUNS_HOLD": ("runs_hold_ms", _integer(0)),
     "RUNS_RESUBMIT": ("runs_resubmit", _integer(0)),

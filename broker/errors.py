@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 
 class BrokerError(Exception):
     """Raised when anything the broker does fails in a way it knows about."""
@@ -102,3 +104,16 @@ class LeaseLost(BrokerError):
 
 class ConfigError(BrokerError):
     """Raised when an environment variable is missing or does not parse."""
+
+
+class CannotListen(BrokerError):
+    """Raised when the broker cannot listen on HOST:PORT (the port is taken, or the address is not ours)."""
+
+    def __init__(self, host: str, port: int, error: OSError) -> None:
+        if error.errno == errno.EADDRINUSE:
+            message = f"PORT {port} is already in use on {host}"
+        else:
+            message = f"Cannot listen on {host}:{port}: {error.strerror or error}"
+        super().__init__(message)
+        self.host = host
+        self.port = port

@@ -89,7 +89,9 @@ class JobHeld:
     reason: HoldReason
     retry_at_ms: int
     attempt: int = 1  #: the attempt Hermes was asked to create
-    detail: str | None = None
+    detail: str | None = None  #: Hermes's words for the refusal, or a sentence of the broker's (SPEC S3.2)
+    #: When the job began to wait (it entered the line), if before this first refusal; None: at `at_ms`.
+    since_ms: int | None = None
 
 
 @frozen(kw_only=True)

@@ -24,6 +24,22 @@ class Metrics:
         self.sse_open = Gauge("hbr_sse_streams_open", "Open SSE streams.", registry=r)
         self.queue_depth = Gauge("hbr_queue_depth", "Jobs waiting in the work stream.", registry=r)
         self.oldest_queued_age = Gauge("hbr_oldest_queued_seconds", "Age of the oldest queued job.", registry=r)
+        self.refused_creates = Counter(
+            "hbr_hermes_refused_creates", "Creates Hermes refused (this replica).", ["reason"], registry=r
+        )
+        self.admission = {
+            name: Gauge(f"hbr_admission_{name}", text, registry=r)
+            for name, text in (
+                ("live_runs", "The broker's runs live on Hermes (all replicas)."),
+                ("limit", "The admission limit on live runs."),
+                ("limit_learnt", "1 when the limit is learnt, 0 when HERMES_MAX_CONCURRENT pins it."),
+                ("line_length", "Jobs waiting in the admission line."),
+                ("oldest_wait_seconds", "How long the head of the line has waited."),
+                ("refusing", "1 while Hermes refuses creates."),
+                ("probes", "Probes sent while Hermes refused (all replicas)."),
+                ("refused", "Creates Hermes refused (all replicas)."),
+            )
+        }
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

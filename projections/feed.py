@@ -45,7 +45,12 @@ def payload(job_id: str, event: JobEvent) -> Payload | None:
         case JobCreated(at_ms=at):
             return _broker("job.queued", job_id, at)
         case JobHeld(at_ms=at):
-            fields = {"reason": event.reason.value, "retry_at": event.retry_at_ms / 1000, "attempt": event.attempt}
+            fields = {
+                "reason": event.reason.value,
+                "retry_at": event.retry_at_ms / 1000,
+                "attempt": event.attempt,
+                "detail": event.detail,
+            }
             return _broker("job.held", job_id, at, fields)
         case RunAccepted(at_ms=at):
             return _broker("job.accepted", job_id, at, {"hermes_run_id": event.hermes_run_id, "attempt": event.attempt})

@@ -36,6 +36,7 @@ class Hold:
     reason: HoldReason
     since_ms: int
     retry_at_ms: int
+    detail: str | None = None  #: Hermes's words for the last refusal, or a sentence of the broker's
 
 
 @frozen(kw_only=True)
@@ -106,11 +107,11 @@ def _apply_live(view: JobView, event: JobEvent) -> JobView:
     match event:
         case JobCreated() | UnknownEvent():
             return view  # a replayed create, or a newer replica's event, changes nothing
-        case JobHeld(reason=reason, at_ms=at, retry_at_ms=retry_at):
-            since = view.hold.since_ms if view.hold else at
+        case JobHeld(reason=reason, at_ms=at, retry_at_ms=retry_at, detail=detail, since_ms=held_since):
+            since = view.hold.since_ms if view.hold else (held_since or at)
             return evolve(
                 view,
-                hold=Hold(reason, since, retry_at),
+                hold=Hold(reason, since, retry_at, detail),
                 hold_count=view.hold_count + 1,
                 last_event="job.held",
                 updated_at_ms=at,

@@ -1,11 +1,16 @@
 """Rebuild job and board projections from the event streams, and show that the streams are the truth.
 
     python scripts/rebuild_projections.py            # dry run: print every difference, change nothing
-    python scripts/rebuild_projections.py --write    # replace the stored views with the rebuilt folds
+    python scripts/rebuild_projections.py --write    # replace what differs with the rebuilt folds
+    python scripts/rebuild_projections.py --job J    # one job only
 
-Uses REDIS_URL (and BOARD_PLATFORM) like the broker. Each job is folded from `0-0` with the same pure
-functions the broker uses; a view is only replaced if no event was appended since it was read. Exit code 1
-when differences were found in a dry run.
+Configured like the broker: REDIS_URL, and BOARD_ENABLED / BOARD_PLATFORM / HERMES_TTL /
+BOARD_REFRESH_INTERVAL for the board reports. Every job stream is folded from `0-0` with the same pure
+functions the broker uses; a missing, undecodable or different view, board state or latest board report
+is a difference (one JSON line per job on stdout, with the job id). --write recreates it as a job write
+would have, only if no event was appended since the stream was read, so it is safe beside live replicas.
+Progress goes to stderr; the last stdout line is the summary. Exit code 1 when differences were found in a
+dry run, or when --write could not replace one of them.
 """
 
 from __future__ import annotations
@@ -14,95 +19,104 @@ import argparse
 import asyncio
 import os
 import sys
+import time
+from collections.abc import AsyncIterator
 
 import orjson
 
-from broker.board.report import render
-from broker.codec import view_codec
+from broker.clock import SystemClock
 from broker.config import Config
+from broker.errors import ConfigError
+from broker.rebuild import Outcome, Rebuild, RebuildSettings, Totals
 from broker.store.connection import connect
 from broker.store.jobs import JobStore
 from broker.store.listing import IndexRepair
-from projections import board as board_projection
+from broker.store.rebuild import RebuildStore
 from projections import job as job_projection
 
 
-async def rebuild(redis_url: str, platform: str, write: bool) -> tuple[int, int]:
-    """Returns (jobs read, jobs whose stored projections differ from the fold)."""
+async def rebuild(config: Config, redis_url: str, *, write: bool, job: str | None, every: int) -> Totals:
     redis = connect(redis_url)
-    store = JobStore(redis, retention_ms=1)  # retention is never touched here
-    seen = differing = 0
+    started = time.monotonic()
+
+    def outcome(found: Outcome) -> None:
+        line: dict[str, object] = {"job": found.finding.job_id, "differences": found.finding.differences}
+        if found.replaced is not None:
+            line["replaced"] = found.replaced
+        print(orjson.dumps(line).decode(), flush=True)
+
+    def progress(totals: Totals) -> None:
+        _note(totals, "", started)
+
+    async def one(job_id: str) -> AsyncIterator[str]:
+        yield job_id
+
     try:
-        async for job_id in store.job_ids():
-            history = await store.read(job_id)
-            stored = await store.load(job_id)
-            if not history or stored is None:
-                continue
-            seen += 1
-            events = [event for _, event in history]
-            view = job_projection.fold(events)
-            board = board_projection.fold(events)
-            report = render(board.version, platform) if board.version else None
-            stored_report = await store.stored_board_report(job_id)
-            differences = _differences(stored.view, view, stored.board, board, stored_report, report)
-            if not differences or view is None:
-                continue
-            differing += 1
-            print(orjson.dumps({"job": job_id, "differences": differences}).decode())
-            if write:
-                at = board.version.at_ms if board.version else 0
-                replaced = await store.replace_views(job_id, history[-1][0], view, board, report, at)
-                print(orjson.dumps({"job": job_id, "replaced": replaced}).decode())
-        differing += await rebuild_index(store, IndexRepair(redis), write)
+        runner = Rebuild(RebuildStore(redis), RebuildSettings.from_config(config), SystemClock(), write=write)
+        job_ids = one(job) if job is not None else JobStore(redis, retention_ms=1).job_ids()
+        totals = await runner.run(job_ids, outcome, progress, progress_every=every)
+        await rebuild_index(JobStore(redis, retention_ms=1), IndexRepair(redis), totals, write=write, job=job)
     finally:
         await redis.aclose()
-    return seen, differing
+    _note(totals, "done, ", started)
+    return totals
 
 
-async def rebuild_index(store: JobStore, repair: IndexRepair, write: bool) -> int:
-    """The listing index (SPEC S3.9) from the streams: every job under its status and latest change, no
-    entry for a job that is gone. Returns how many entries differed (each printed; `--write` repairs)."""
-    differing = 0
-    async for job_id in store.job_ids():
+async def rebuild_index(store: JobStore, repair: IndexRepair, totals: Totals, *, write: bool, job: str | None) -> None:
+    """The GET /v1/runs index (SPEC S3.9) from the streams: every job under its status and latest change, no
+    entry for a job that is gone. Each wrong entry is a difference (one line; `--write` repairs it)."""
+    job_ids = [job] if job is not None else [job_id async for job_id in store.job_ids()]
+    for job_id in job_ids:
         history = await store.read(job_id)
         view = job_projection.fold(event for _, event in history)
         if view is not None and await repair.job(view, history[-1][0], write=write):
-            differing += 1
-            print(orjson.dumps({"job": job_id, "differences": {"index": "missing or misplaced"}}).decode())
-    for job_id in await repair.dangling(write=write):
-        differing += 1
-        print(orjson.dumps({"job": job_id, "differences": {"index": "the job is gone"}}).decode())
-    return differing
+            _index_difference(totals, job_id, "missing or misplaced", write)
+    for job_id in await repair.dangling(write=write) if job is None else []:
+        _index_difference(totals, job_id, "the job is gone", write)
 
 
-def _differences(
-    stored_view: object, view: object, stored_board: object, board: object, stored_report: str | None,
-    report: bytes | None,
-) -> dict[str, object]:  # fmt: skip
-    found: dict[str, object] = {}
-    if stored_view != view:
-        found["view"] = {"stored": view_codec.unstructure(stored_view), "rebuilt": view_codec.unstructure(view)}
-    if stored_board is not None and stored_board != board:
-        found["board_state"] = {
-            "stored": view_codec.unstructure(stored_board),
-            "rebuilt": view_codec.unstructure(board),
-        }
-    if stored_report is not None and report is not None and stored_report.encode() != report:
-        found["board_report"] = {"stored": stored_report, "rebuilt": report.decode()}
-    return found
+def _index_difference(totals: Totals, job_id: str, problem: str, write: bool) -> None:
+    totals.differing += 1
+    line: dict[str, object] = {"job": job_id, "differences": {"index": problem}}
+    if write:
+        totals.replaced += 1
+        line["replaced"] = True
+    print(orjson.dumps(line).decode(), flush=True)
+
+
+def _note(totals: Totals, what: str, started: float) -> None:
+    counts = f"{totals.jobs} jobs read, {totals.differing} differing, {totals.replaced} replaced"
+    print(
+        f"rebuild: {what}{counts}, {time.monotonic() - started:.1f} s",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--write", action="store_true", help="replace stored views with the rebuilt folds")
+    parser.add_argument("--write", action="store_true", help="replace what differs with the rebuilt folds")
+    parser.add_argument("--job", metavar="J", help="rebuild this job only")
+    parser.add_argument("--progress-every", type=int, default=1000, metavar="N", help="a stderr line every N jobs")
     args = parser.parse_args()
-    config = Config.from_env(os.environ)
+    try:
+        config = Config.from_env(os.environ)
+    except ConfigError as error:
+        print(f"Invalid configuration: {error.message}", file=sys.stderr)
+        return 2
     if config.redis_url is None:
         print("REDIS_URL is required (start the broker's embedded Redis and point REDIS_URL at it)", file=sys.stderr)
         return 2
-    seen, differing = asyncio.run(rebuild(config.redis_url, config.board_platform, args.write))
-    print(orjson.dumps({"jobs": seen, "differing": differing, "written": args.write}).decode())
-    return 1 if differing and not args.write else 0
+    totals = asyncio.run(
+        rebuild(config, config.redis_url, write=args.write, job=args.job, every=max(1, args.progress_every))
+    )
+    summary = {"jobs": totals.jobs, "differing": totals.differing, "written": args.write, "replaced": totals.replaced}
+    print(orjson.dumps(summary).decode())
+    if args.job is not None and totals.jobs == 0:
+        print(f"Job {args.job} has no event stream.", file=sys.stderr)
+        return 2
+    unrepaired = totals.differing - totals.replaced if args.write else totals.differing
+    return 1 if unrepaired else 0
 
 
 if __name__ == "__main__":

@@ -34,10 +34,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 item.add_marker(getattr(pytest.mark, _FOLDER_MARKERS[part]))
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+def free_port(highest: int = 65535) -> int:
+    """A free loopback port, at most `highest` (a cluster node's bus port is its port + 10000)."""
+    while True:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+        if port <= highest:
+            return port
 
 
 def wait_for_port(port: int, timeout: float = 10.0) -> None:
@@ -54,9 +58,10 @@ def wait_for_port(port: int, timeout: float = 10.0) -> None:
 class RedisServer:
     """A throwaway redis-server on a free loopback port, with AOF so restarts keep data."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *extra: str) -> None:
         self.directory = directory
-        self.port = free_port()
+        self.port = free_port(55535 if "--cluster-enabled" in extra else 65535)
+        self.extra = extra  #: more redis-server options, e.g. `--cluster-enabled yes`
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -86,6 +91,7 @@ class RedisServer:
             "always",
             "--loglevel",
             "warning",
+            *self.extra,
         ]
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_for_port(self.port)

@@ -24,8 +24,10 @@ from broker.events import (
     RunAccepted,
     RunInterrupted,
     RunResubmitted,
+    StopRequested,
 )
 from broker.hermes.models import (
+    TERMINAL_STATUSES,
     Accepted,
     Busy,
     CreateOutcome,
@@ -34,6 +36,8 @@ from broker.hermes.models import (
     HermesRun,
     NotFound,
     Rejected,
+    StopOutcome,
+    Stopping,
     Unauthorized,
     Unavailable,
 )
@@ -75,10 +79,11 @@ class Append:
 
 
 @frozen
-class Wait:
-    """Nothing to do before `until_ms` (hold backoff)."""
+class Queue:
+    """The job waits in the admission line (SPEC S4.1) until it is granted a slot, at most until `deadline_ms`."""
 
-    until_ms: int
+    place: str  #: its place in the line (arrival order; a resubmit goes to the front)
+    deadline_ms: int  #: when its hold expires (RUNS_HOLD from the start of its wait)
 
 
 @frozen
@@ -104,19 +109,44 @@ class Follow:
     hermes_run_id: str
 
 
-Action = Done | Append | Wait | Submit | StopRun | Follow
+@frozen
+class Refused:
+    """A create Hermes did not accept for now: the job holds (SPEC S4 Hold)."""
+
+    reason: HoldReason
+    detail: str  #: Hermes's words, or a sentence of the broker's (SPEC S3.2 `hold.detail`)
+    retry_after_ms: int | None
 
 
-def next_action(view: JobView, now_ms: int, *, stop_sent: bool) -> Action:
-    """What the owner of `view` does next; `stop_sent`: Hermes was already asked to stop this attempt."""
+@frozen
+class StopAnswer:
+    """What Hermes's answer to a stop means for the job."""
+
+    events: tuple[JobEvent, ...] = ()  #: the job ends now (the run is gone, or settled: the stop wins)
+    sent: bool = False  #: Hermes has the stop (or refused it for good): follow the run until it settles
+    retry: bool = False  #: Hermes could not be reached: ask again after a backoff
+
+
+Action = Done | Append | Queue | Submit | StopRun | Follow
+
+
+def next_action(view: JobView, now_ms: int, *, stop_sent: bool, admitted: bool, policy: Policy) -> Action:
+    """What the owner of `view` does next.
+
+    `stop_sent`: Hermes was already asked to stop this attempt; `admitted`: the owner holds an
+    admission slot for the job, so it may create its run (SPEC S4.1).
+    """
     if view.status.terminal:
         return Done()
     accepted = view.accepted_attempt == view.attempt and view.hermes_run_id is not None
     if not accepted:
         if view.stop_requested:
             return Append((_cancelled(view, now_ms),))  # Hermes is never called for a stopped waiting job
-        if view.hold is not None and now_ms < view.hold.retry_at_ms:
-            return Wait(view.hold.retry_at_ms)
+        deadline = waiting_since(view) + policy.hold_ms
+        if now_ms >= deadline:
+            return Append((_hold_expired(view, now_ms, policy),))
+        if not admitted:
+            return Queue(line_place(view), deadline)
         return Submit(view.attempt, upstream_key(view.job_id, view.attempt))
     assert view.hermes_run_id is not None
     if view.stop_requested and not stop_sent:
@@ -124,10 +154,37 @@ def next_action(view: JobView, now_ms: int, *, stop_sent: bool) -> Action:
     return Follow(view.attempt, view.hermes_run_id)
 
 
+def on_stop_request(view: JobView, now_ms: int) -> list[JobEvent]:
+    """A caller asked to stop the job (SPEC S3.4): record it; a job with no live Hermes run ends at once."""
+    if view.status.terminal or view.stop_requested:
+        return []
+    stop = StopRequested(job_id=view.job_id, at_ms=now_ms)
+    after = apply(view, stop)
+    assert after is not None
+    if after.accepted_attempt == after.attempt and after.hermes_run_id is not None:
+        return [stop]
+    return [stop, _cancelled(after, now_ms)]
+
+
+def refusal_of(outcome: CreateOutcome) -> Refused | None:
+    """The hold a create answer means, or None when Hermes accepted or rejected the job itself."""
+    match outcome:
+        case Busy(retry_after_s=after, message=message):
+            return Refused(HoldReason.BUSY, message, _ms(after))
+        case Draining(retry_after_s=after, message=message):
+            return Refused(HoldReason.DRAINING, message, _ms(after))
+        case Unavailable(reason=reason):
+            return Refused(HoldReason.UNAVAILABLE, reason, None)
+        case Unauthorized(status=status, message=message):
+            return Refused(HoldReason.UNAVAILABLE, message or f"Hermes answered HTTP {status}.", None)
+        case _:
+            return None
+
+
 def on_create(
-    view: JobView, attempt: int, outcome: CreateOutcome, now_ms: int, jitter: float, policy: Policy
+    view: JobView, attempt: int, outcome: CreateOutcome, now_ms: int, *, retry_at_ms: int, policy: Policy
 ) -> list[JobEvent]:
-    """Hermes answered the create of `attempt`; `jitter` is uniform in [0, 1)."""
+    """Hermes answered the create of `attempt`; a refusal holds the job until the line's `retry_at_ms`."""
     if view.status.terminal or attempt != view.attempt or view.accepted_attempt == attempt:
         return []
     match outcome:
@@ -135,14 +192,61 @@ def on_create(
             return [RunAccepted(job_id=view.job_id, at_ms=now_ms, attempt=attempt, hermes_run_id=run_id)]
         case Rejected(message=message):
             return [_finished(view, now_ms, JobStatus.FAILED, "hermes_rejected", message)]
-        case Busy(retry_after_s=after):
-            return [_held(view, now_ms, HoldReason.BUSY, after, None, jitter, policy)]
-        case Draining(retry_after_s=after):
-            return [_held(view, now_ms, HoldReason.DRAINING, after, None, jitter, policy)]
-        case Unavailable(reason=reason):
-            return [_held(view, now_ms, HoldReason.UNAVAILABLE, None, reason, jitter, policy)]
-        case Unauthorized(status=status):
-            return [_held(view, now_ms, HoldReason.UNAVAILABLE, None, f"HTTP {status}", jitter, policy)]
+    refused = refusal_of(outcome)
+    assert refused is not None
+    if now_ms - waiting_since(view) >= policy.hold_ms:
+        return [_hold_expired(view, now_ms, policy, refused.reason)]
+    since = waiting_since(view) if view.hold is None else None
+    return [
+        JobHeld(
+            job_id=view.job_id,
+            at_ms=now_ms,
+            reason=refused.reason,
+            retry_at_ms=min(retry_at_ms, waiting_since(view) + policy.hold_ms),
+            attempt=attempt,
+            detail=refused.detail,
+            since_ms=since,
+        )
+    ]
+
+
+def on_stop(view: JobView, outcome: StopOutcome, now_ms: int) -> StopAnswer:
+    """Hermes answered our stop of the attempt's run. A stop always ends the job (SPEC S3.4)."""
+    if view.status.terminal:
+        return StopAnswer()
+    match outcome:
+        case Stopping(status=status) if status in TERMINAL_STATUSES:
+            return StopAnswer((_cancelled(view, now_ms),))  # settled already: the stop wins
+        case Stopping():
+            return StopAnswer(sent=True)
+        case NotFound():
+            return StopAnswer((_cancelled(view, now_ms),))  # Hermes no longer holds the run
+        case Rejected(status=404) | Rejected(code="run_not_active"):
+            return StopAnswer((_cancelled(view, now_ms),))  # a Hermes that restarted: the run is not active
+        case Rejected():
+            return StopAnswer(sent=True)  # Hermes will not stop it: the stop wins when the run settles
+        case Unavailable() | Unauthorized():
+            return StopAnswer(retry=True)
+
+
+def waiting_since(view: JobView) -> int:
+    """When the job's current wait for Hermes began: its hold, else its (re)entry into the line."""
+    return view.hold.since_ms if view.hold is not None else view.updated_at_ms
+
+
+def line_place(view: JobView) -> str:
+    """The job's place in the admission line when its slot no longer knows it (SPEC S4.1).
+
+    First attempts are placed by arrival (created ms * 1000); a resubmit by its created ms alone,
+    which sorts ahead of every first attempt.
+    """
+    return str(view.created_at_ms * 1000 if view.attempt == 1 else view.created_at_ms)
+
+
+def backoff_ms(failures: int, jitter: float, policy: Policy) -> int:
+    """Exponential backoff with equal jitter for the `failures`-th consecutive failure (from 1)."""
+    ceiling = min(policy.backoff_max_ms, policy.backoff_ms * 2 ** min(max(failures - 1, 0), 30))
+    return int(ceiling / 2 + jitter * ceiling / 2)
 
 
 def on_events(
@@ -190,13 +294,6 @@ def on_status(view: JobView, attempt: int, run: HermesRun | NotFound, now_ms: in
             return []
 
 
-def on_stop(view: JobView, outcome_not_found: bool, now_ms: int) -> list[JobEvent]:
-    """Hermes answered our stop; a run it no longer knows is as good as stopped."""
-    if view.status.terminal or not outcome_not_found:
-        return []
-    return [_cancelled(view, now_ms)]
-
-
 def _relay(view: JobView, attempt: int, run_id: str, item: HermesEvent, now_ms: int) -> list[JobEvent]:
     payload = orjson.dumps(item.payload).decode()
     recorded = HermesEventRecorded(
@@ -228,36 +325,14 @@ def _settle_lost(view: JobView, reason: str, now_ms: int, policy: Policy) -> lis
     return [interrupted, _finished(view, now_ms, JobStatus.FAILED, "resubmit_exhausted", message)]
 
 
-def _held(
-    view: JobView,
-    now_ms: int,
-    reason: HoldReason,
-    retry_after_s: float | None,
-    detail: str | None,
-    jitter: float,
-    policy: Policy,
-) -> JobEvent:
-    since = view.hold.since_ms if view.hold is not None else now_ms
-    if now_ms - since >= policy.hold_ms:
-        message = f"Hermes did not accept the job within {policy.hold_ms} ms ({reason.value})."
-        return _finished(view, now_ms, JobStatus.FAILED, "hold_expired", message)
-    return JobHeld(
-        job_id=view.job_id,
-        at_ms=now_ms,
-        reason=reason,
-        retry_at_ms=retry_at(view.hold_count, since, now_ms, retry_after_s, jitter, policy),
-        attempt=view.attempt,
-        detail=detail,
-    )
+def _hold_expired(view: JobView, now_ms: int, policy: Policy, reason: HoldReason | None = None) -> JobEvent:
+    reason = reason or (view.hold.reason if view.hold is not None else HoldReason.BUSY)
+    message = f"Hermes did not accept the job within {policy.hold_ms} ms ({reason.value})."
+    return _finished(view, now_ms, JobStatus.FAILED, "hold_expired", message)
 
 
-def retry_at(holds: int, since_ms: int, now_ms: int, retry_after_s: float | None, jitter: float, policy: Policy) -> int:
-    """Exponential backoff with equal jitter, never shorter than Retry-After, never past the hold deadline."""
-    ceiling = min(policy.backoff_max_ms, policy.backoff_ms * 2 ** min(holds, 30))
-    delay = ceiling / 2 + jitter * ceiling / 2
-    if retry_after_s is not None:
-        delay = max(delay, retry_after_s * 1000)
-    return min(now_ms + int(delay), since_ms + policy.hold_ms)
+def _ms(seconds: float | None) -> int | None:
+    return None if seconds is None else int(seconds * 1000)
 
 
 def _cancelled(view: JobView, now_ms: int) -> JobEvent:

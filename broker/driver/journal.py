@@ -28,9 +28,16 @@ def record(log: logging.Logger, metrics: Metrics, view: JobView, events: Sequenc
         match event:
             case JobHeld(reason=reason, retry_at_ms=retry_at, attempt=attempt, detail=detail):
                 metrics.holds.labels(reason.value).inc()
-                backoff = retry_at - event.at_ms
-                fields = {"job": job, "hold": reason.value, "attempt": attempt, "backoffMs": backoff, "error": detail}
-                log.info("Held a job: Hermes did not accept it.", extra=fields)
+                if view.hold_count == 1:  # one line per hold streak of a job, not one per probe
+                    backoff = retry_at - event.at_ms
+                    fields = {
+                        "job": job,
+                        "hold": reason.value,
+                        "attempt": attempt,
+                        "backoffMs": backoff,
+                        "error": detail,
+                    }
+                    log.info("Held a job: Hermes did not accept it.", extra=fields)
             case RunAccepted(attempt=attempt, hermes_run_id=run_id):
                 log.info("Hermes accepted a job.", extra={"job": job, "attempt": attempt, "hermesRun": run_id})
             case RunInterrupted(attempt=attempt, hermes_run_id=run_id, reason=reason):

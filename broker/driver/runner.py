@@ -15,12 +15,13 @@ from attrs import define
 
 from broker.clock import Clock
 from broker.driver import decide
-from broker.driver.decide import Append, Done, Follow, Policy, StopRun, Submit, Wait
+from broker.driver.decide import Append, Done, Follow, Policy, Queue, StopRun, Submit
+from broker.driver.gate import Gate
 from broker.driver.pump import Pump
 from broker.driver.writer import Writer
 from broker.events import JobEvent
 from broker.hermes.client import HermesClient
-from broker.hermes.models import Accepted, HermesRun, NotFound, Stopping
+from broker.hermes.models import Accepted, HermesRun, NotFound
 from broker.logging import get_logger
 from broker.metrics import Metrics
 from broker.store.jobs import Snapshot
@@ -28,13 +29,12 @@ from broker.store.leases import Leases
 from projections.job import JobView
 
 MAX_CONFLICTS = 50
-#: Waits longer than this give the job back to the schedule instead of holding a runner slot.
-PARK_AFTER_MS = 5_000
 
 
 class Ending(StrEnum):
     FINISHED = "finished"  #: terminal (or expired): the job left the schedule
-    PARKED = "parked"  #: waiting for a hold backoff; the schedule wakes it
+    QUEUED = "queued"  #: waiting in the admission line; the schedule wakes it when its hold expires
+    PARKED = "parked"  #: the runner failed; the schedule retries the job soon
     LOST = "lost"  #: another replica owns the lease now
 
 
@@ -44,6 +44,7 @@ class Deps:
 
     writer: Writer
     leases: Leases
+    gate: Gate
     hermes: HermesClient
     clock: Clock
     metrics: Metrics
@@ -53,15 +54,21 @@ class Deps:
 
 
 class Runner:
-    def __init__(self, job_id: str, token: str, deps: Deps) -> None:
+    """Drives one job; `admitted`: it was granted an admission slot, so it may create the job's run."""
+
+    def __init__(self, job_id: str, token: str, deps: Deps, *, admitted: bool = False) -> None:
         self.job_id = job_id
         self.token = token
+        self.has_slot = admitted  #: this runner holds the job's admission slot
+        self.ran = False  #: a run of the job was live on Hermes under this slot (its release frees capacity)
+        self.queued: Queue | None = None  #: set when the run ends QUEUED
+        self.view: JobView | None = None  #: the job as last seen
         self._deps = deps
         self._wake = asyncio.Event()
         self._pump: Pump | None = None
         self._stop_sent_attempt = 0
+        self._failures = 0  #: consecutive calls Hermes did not answer (stop, poll): the backoff exponent
         self._suspect_terminal = False
-        self.parked_until: int | None = None  #: set when the run ends PARKED
         self._log = get_logger(type(self))
 
     def nudge(self) -> None:
@@ -79,22 +86,22 @@ class Runner:
         snapshot = await self._deps.writer.store.load(self.job_id)
         if snapshot is None:
             return Ending.FINISHED
-        self._announce(snapshot.view)
+        await self._announce(snapshot.view)
         while True:
-            view = snapshot.view
+            view = self.view = snapshot.view
             now = self._deps.clock.now_ms()
-            action = decide.next_action(view, now, stop_sent=self._stop_sent_attempt == view.attempt)
+            stop_sent = self._stop_sent_attempt == view.attempt
+            action = decide.next_action(
+                view, now, stop_sent=stop_sent, admitted=self.has_slot, policy=self._deps.policy
+            )
             match action:
                 case Done():
                     return Ending.FINISHED
                 case Append(events=events):
                     snapshot = await self._append_decided(snapshot, list(events))
-                case Wait(until_ms=until):
-                    if until - now > PARK_AFTER_MS:
-                        self.parked_until = until
-                        return Ending.PARKED
-                    await self._sleep(until - now)
-                    snapshot = await self._reload()
+                case Queue():
+                    self.queued = action
+                    return Ending.QUEUED
                 case Submit():
                     snapshot = await self._submit(snapshot, action)
                 case StopRun(hermes_run_id=run_id):
@@ -103,35 +110,56 @@ class Runner:
                     snapshot = await self._follow(snapshot, action)
 
     async def _submit(self, snapshot: Snapshot, action: Submit) -> Snapshot:
-        view = snapshot.view
-        outcome = await self._deps.hermes.create(
+        view, deps = snapshot.view, self._deps
+        outcome = await deps.hermes.create(
             view.body.encode(), idempotency_key=action.idempotency_key, session_key=view.session_key
         )
-        now, jitter, policy = self._deps.clock.now_ms(), self._deps.jitter(), self._deps.policy
+        now, policy = deps.clock.now_ms(), deps.policy
+        refused = decide.refusal_of(outcome)
+        retry_at = now
+        if refused is not None:  # back to its place in the line first, so no replica waits on a lost slot
+            place = decide.line_place(view)
+            retry_at = (
+                await deps.gate.refused(self.job_id, refused, now, jitter=deps.jitter(), place=place)
+            ).retry_at_ms
+            self.has_slot = False
         snapshot = await self._commit(
-            snapshot, lambda v: decide.on_create(v, action.attempt, outcome, now, jitter, policy)
+            snapshot, lambda v: decide.on_create(v, action.attempt, outcome, now, retry_at_ms=retry_at, policy=policy)
         )
         if isinstance(outcome, Accepted):
+            self.ran = True
+            await deps.gate.accepted(self.job_id, now)
             accepted = (
                 snapshot.view.accepted_attempt == action.attempt and snapshot.view.hermes_run_id == outcome.run_id
             )
             if not accepted:
                 # The job ended (a stop) while Hermes was creating the run: stop the orphan.
-                await self._deps.hermes.stop(outcome.run_id)
+                await deps.hermes.stop(outcome.run_id)
             else:
-                self._pump = Pump(self._deps.hermes, action.attempt, outcome.run_id)
+                self._pump = Pump(deps.hermes, action.attempt, outcome.run_id)
                 self._log.info("Following a Hermes run.", extra={"job": self.job_id, "hermesRun": outcome.run_id})
         return snapshot
 
     async def _stop(self, snapshot: Snapshot, run_id: str) -> Snapshot:
         outcome = await self._deps.hermes.stop(run_id)
-        if not isinstance(outcome, Stopping | NotFound):
-            await self._sleep(self._deps.poll_interval_ms)  # Hermes is unreachable: ask again later
-            return await self._reload()
-        self._stop_sent_attempt = snapshot.view.attempt
-        self._log.info("Asked Hermes to stop a run.", extra={"job": self.job_id, "hermesRun": run_id})
         now = self._deps.clock.now_ms()
-        return await self._commit(snapshot, lambda v: decide.on_stop(v, isinstance(outcome, NotFound), now))
+        answer = decide.on_stop(snapshot.view, outcome, now)
+        if answer.retry:
+            await self._back_off("Could not reach Hermes to stop a run; retrying with backoff.", run_id, outcome)
+            return await self._reload()
+        self._failures = 0
+        if answer.sent:
+            self._stop_sent_attempt = snapshot.view.attempt
+            self._log.info("Asked Hermes to stop a run.", extra={"job": self.job_id, "hermesRun": run_id})
+        return await self._commit(snapshot, lambda v: list(decide.on_stop(v, outcome, now).events))
+
+    async def _back_off(self, message: str, run_id: str, outcome: object) -> None:
+        """Wait before asking Hermes again: jittered exponential backoff, one warn line per failure streak."""
+        self._failures += 1
+        if self._failures == 1:
+            fields = {"job": self.job_id, "hermesRun": run_id, "error": getattr(outcome, "reason", repr(outcome))}
+            self._log.warning(message, extra=fields)
+        await self._sleep(decide.backoff_ms(self._failures, self._deps.jitter(), self._deps.policy))
 
     async def _follow(self, snapshot: Snapshot, action: Follow) -> Snapshot:
         pump = self._pump
@@ -168,11 +196,15 @@ class Runner:
     async def _poll(self, snapshot: Snapshot, action: Follow) -> Snapshot:
         run = await self._deps.hermes.get(action.hermes_run_id)
         if isinstance(run, HermesRun | NotFound):
+            self._failures = 0
             snapshot = await self._settle(snapshot, action, run)
-        if not snapshot.view.status.terminal and snapshot.view.attempt == action.attempt:
-            await self._sleep(self._deps.poll_interval_ms)
-            snapshot = await self._reload()
-        return snapshot
+            if not snapshot.view.status.terminal and snapshot.view.attempt == action.attempt:
+                await self._sleep(self._deps.poll_interval_ms)
+        else:  # Hermes is unreachable: poll again, backing off past the poll interval
+            await self._back_off(
+                "Could not reach Hermes to poll a run; retrying with backoff.", action.hermes_run_id, run
+            )
+        return await self._reload() if not snapshot.view.status.terminal else snapshot
 
     async def _settle(self, snapshot: Snapshot, action: Follow, run: HermesRun | NotFound) -> Snapshot:
         now, policy = self._deps.clock.now_ms(), self._deps.policy
@@ -201,8 +233,11 @@ class Runner:
             return
         self._wake.clear()
 
-    def _announce(self, view: JobView) -> None:
+    async def _announce(self, view: JobView) -> None:
         if view.accepted_attempt == view.attempt and view.hermes_run_id and not view.status.terminal:
             self._deps.metrics.takeovers.inc()
             fields = {"job": self.job_id, "attempt": view.attempt, "hermesRun": view.hermes_run_id}
             self._log.info("Took over a job.", extra=fields)
+            if not self.has_slot:  # its run is live on Hermes: it counts against the limit again
+                await self._deps.gate.hold([self.job_id], self._deps.clock.now_ms())
+                self.has_slot = self.ran = True

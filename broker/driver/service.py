@@ -5,14 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import orjson
-from attrs import frozen
+from attrs import evolve, frozen
 from redis.asyncio import Redis
 
+from broker.admission.state import shown_hold
 from broker.clock import Clock
 from broker.driver import decide
 from broker.driver.writer import Writer
 from broker.errors import Conflict, IdempotencyConflict, Unavailable
-from broker.events import ApprovalDenied, JobCreated, JobEvent, StopRequested
+from broker.events import ApprovalDenied, JobCreated, JobEvent
 from broker.hermes.client import HermesClient
 from broker.hermes.models import Relayed
 from broker.http.schemas import ApprovalChoice, CreateRun
@@ -20,8 +21,9 @@ from broker.ids import job_id_for_key, new_job_id
 from broker.logging import get_logger
 from broker.metrics import Metrics
 from broker.store import signals
+from broker.store.admission import AdmissionStore
 from broker.store.jobs import Snapshot
-from projections.job import JobView, apply
+from projections.job import JobView
 
 
 @frozen
@@ -33,8 +35,18 @@ class CreateResult:
 class JobService:
     """The job use cases the HTTP handlers call; handlers never touch Redis."""
 
-    def __init__(self, writer: Writer, clock: Clock, metrics: Metrics, *, redis: Redis, hermes: HermesClient) -> None:
+    def __init__(
+        self,
+        writer: Writer,
+        clock: Clock,
+        metrics: Metrics,
+        *,
+        redis: Redis,
+        hermes: HermesClient,
+        admission: AdmissionStore | None = None,
+    ) -> None:
         self._writer = writer
+        self._admission = admission
         self._clock = clock
         self._metrics = metrics
         self._redis = redis
@@ -70,22 +82,21 @@ class JobService:
         return CreateResult(existing, replayed=True)
 
     async def get(self, job_id: str) -> JobView:
-        return (await self._load(job_id)).view
+        """The job as callers see it: a waiting job shows the admission line's hold (SPEC S3.2, S4.1)."""
+        view = (await self._load(job_id)).view
+        return await self.with_line_hold(view)
+
+    async def with_line_hold(self, view: JobView) -> JobView:
+        waiting = not view.status.terminal and view.accepted_attempt != view.attempt
+        if self._admission is None or not waiting:
+            return view
+        now = self._clock.now_ms()
+        return evolve(view, hold=shown_hold(view, await self._admission.state(now), now))
 
     async def stop(self, job_id: str) -> JobView:
         """Record the stop first; a job with no live Hermes run is cancelled at once, others by their owner."""
         now = self._clock.now_ms()
-
-        def stop_facts(view: JobView) -> list[JobEvent]:
-            if view.status.terminal or view.stop_requested:
-                return []
-            stop = StopRequested(job_id=job_id, at_ms=now)
-            after = apply(view, stop)
-            assert after is not None
-            action = decide.next_action(after, now, stop_sent=False)
-            return [stop, *action.events] if isinstance(action, decide.Append) else [stop]
-
-        return await self._record(job_id, stop_facts)
+        return await self._record(job_id, lambda view: decide.on_stop_request(view, now))
 
     async def approve(self, job_id: str, choice: ApprovalChoice) -> tuple[int, dict[str, object]]:
         """Forward an approval to the job's live Hermes run; a deny is a denied stop (SPEC S3.5)."""

@@ -1,8 +1,10 @@
 """Claims work for this replica, runs one Runner per job under its lease, takes over, drains.
 
 Ownership is the run lease. The work stream is a doorbell (read through the `drivers` group and
-acknowledged at once); the due schedule is the memory: a job whose owner died becomes due when
-its lease would have been renewed, is promoted to the work stream, and is taken over.
+acknowledged at once): `line` rings the admission line, which grants slots to its head in
+arrival order (SPEC S4.1); `job` names a job to look at now. The due schedule is the memory: a
+job whose owner died becomes due when its lease would have been renewed, is promoted to the
+work stream, and is taken over; a job waiting in the line is due when its hold expires.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import cast
 from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
+from broker.driver import decide
 from broker.driver.runner import Deps, Ending, Runner
 from broker.errors import JobNotFound, LeaseLost
 from broker.logging import get_logger
@@ -28,6 +31,8 @@ from broker.tasks import cancel_all
 CLAIM_BLOCK_MS = 1_000
 RETRY_AFTER_FAILURE_MS = 1_000
 MAX_REDIS_BACKOFF_S = 5.0
+#: The line is also looked at this often without a doorbell (a replica that rang it may have died).
+ADMIT_TICK_S = 2.0
 
 
 class Supervisor:
@@ -40,6 +45,7 @@ class Supervisor:
         self._runners: dict[str, tuple[Runner, asyncio.Task[None]]] = {}
         self._lost: set[str] = set()
         self._freed = asyncio.Event()
+        self._line_bell = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._log = get_logger(type(self))
 
@@ -47,8 +53,13 @@ class Supervisor:
     def active(self) -> int:
         return len(self._runners)
 
+    def ring(self) -> None:
+        """Look at the admission line now (a slot came back, the limit grew, a job joined)."""
+        self._line_bell.set()
+
     def start(self) -> None:
-        for loop in (self._claim_loop, self._promote_loop, self._renew_loop, self._nudge_loop):
+        loops = (self._claim_loop, self._admit_loop, self._promote_loop, self._renew_loop, self._nudge_loop)
+        for loop in loops:
             self._loops.append(asyncio.create_task(self._guarded(loop), name=f"{loop.__name__}"))
 
     async def drain(self) -> int:
@@ -60,6 +71,8 @@ class Supervisor:
         handed = 0
         for runner, _ in owned:
             with contextlib.suppress(RedisError, OSError):
+                if runner.has_slot and not runner.ran and runner.view is not None:
+                    await self._deps.gate.requeue(runner.job_id, decide.line_place(runner.view))
                 handed += await self._leases.release(runner.job_id, runner.token, due_at_ms=now, enqueue=True)
         self._log.info("Handed jobs back on shutdown.", extra={"replica": self.replica, "jobs": handed})
         return handed
@@ -104,21 +117,44 @@ class Supervisor:
                 pipe.xack(keys.WORK, keys.WORK_GROUP, *ids)
                 pipe.xdel(keys.WORK, *ids)
                 await pipe.execute()
+            if any("line" in fields for _, fields in entries):
+                self.ring()
             for job_id in dict.fromkeys(fields.get("job", "") for _, fields in entries):
                 if job_id:
                     await self._claim(job_id)
 
-    async def _claim(self, job_id: str) -> None:
+    async def _admit_loop(self) -> None:
+        """Grant this replica's free runner slots to the head of the line, whenever it may have moved."""
+        wake_at: int | None = None
+        while True:
+            timeout = ADMIT_TICK_S
+            if wake_at is not None:
+                timeout = min(timeout, max(0.0, (wake_at - self._deps.clock.now_ms()) / 1000))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._line_bell.wait(), timeout)
+            self._line_bell.clear()
+            free = self._concurrency - len(self._runners)
+            if free <= 0:
+                continue  # a runner that ends rings the bell
+            grants = await self._deps.gate.admit(self._deps.clock.now_ms(), free)
+            wake_at = grants.wake_at_ms
+            for job_id in grants.jobs:
+                if not await self._claim(job_id, admitted=True):
+                    await self._deps.gate.store.requeue(job_id, "0")  # someone else looks at it; it keeps its place
+
+    async def _claim(self, job_id: str, *, admitted: bool = False) -> bool:
+        """Start a runner for the job under a new lease; False when it is driven already."""
         if job_id in self._runners:
             self._runners[job_id][0].nudge()
-            return
+            return False
         token = new_token()
-        if not await self._leases.acquire(job_id, token):
-            return  # another replica drives it
+        if not await self._leases.acquire(job_id, token, self._deps.clock.now_ms()):
+            return False  # another replica drives it
         self._log.debug("Acquired a run lease.", extra={"job": job_id, "replica": self.replica})
-        runner = Runner(job_id, token, self._deps)
+        runner = Runner(job_id, token, self._deps, admitted=admitted)
         task = asyncio.create_task(self._run(runner), name=f"runner-{job_id}")
         self._runners[job_id] = (runner, task)
+        return True
 
     async def _run(self, runner: Runner) -> None:
         job_id = runner.job_id
@@ -140,15 +176,24 @@ class Supervisor:
             self._runners.pop(job_id, None)
             self._lost.discard(job_id)
             self._freed.set()
-        await self._finish(runner, ending, due_at or runner.parked_until)
+            self.ring()  # a runner slot is free here: the line may move
+        await self._finish(runner, ending, due_at)
 
     async def _finish(self, runner: Runner, ending: Ending, due_at: int | None) -> None:
         if ending is Ending.LOST:
             self._log.warning("Lost a job's run lease.", extra={"job": runner.job_id, "replica": self.replica})
             return
+        job_id, gate = runner.job_id, self._deps.gate
         with contextlib.suppress(RedisError, OSError):  # if this fails the lease expires and the schedule retries
-            await self._leases.release(runner.job_id, runner.token, due_at_ms=due_at)
-            self._log.debug("Released a run lease.", extra={"job": runner.job_id, "ending": ending.value})
+            if ending is Ending.QUEUED and runner.queued is not None:
+                await gate.enter(job_id, runner.queued.place)  # normally there already (jobs of an older broker)
+                due_at = runner.queued.deadline_ms  # woken then to expire, unless granted before
+            elif runner.has_slot and ending is Ending.FINISHED:
+                await gate.release(job_id, freed=runner.ran)
+            elif runner.has_slot and not runner.ran and runner.view is not None:
+                await gate.requeue(job_id, decide.line_place(runner.view))  # a failed runner keeps its place
+            await self._leases.release(job_id, runner.token, due_at_ms=due_at)
+            self._log.debug("Released a run lease.", extra={"job": job_id, "ending": ending.value})
 
     async def _promote_loop(self) -> None:
         interval = min(1.0, self._leases.lease_ms / 3000)
@@ -161,6 +206,8 @@ class Supervisor:
         while True:
             await asyncio.sleep(interval)
             now = self._deps.clock.now_ms()
+            slots = [job_id for job_id, (runner, _) in self._runners.items() if runner.has_slot]
+            await self._deps.gate.hold(slots, now, renew_only=True)  # one write for every slot of this replica
             for job_id, (runner, task) in list(self._runners.items()):
                 if not await self._leases.renew(job_id, runner.token, now):
                     self._lost.add(job_id)

@@ -90,6 +90,7 @@ class AiohttpHermesClient:
         self._base_url = base_url.rstrip("/")
         self._api_key = api_key
         self._timeout_s = timeout_ms / 1000
+        self._timed_out = f"Hermes did not answer within {self._timeout_s:g} s."
         self._session = session
         self._owns_session = session is None
         self._observe = observe
@@ -138,7 +139,7 @@ class AiohttpHermesClient:
             return Unauthorized(reply.status)
         payload = parse_json_object(reply.body)
         if reply.status >= 500 or payload is None:
-            return Unavailable(f"HTTP {reply.status}" if reply.status >= 500 else "invalid JSON answer")
+            return Unavailable(f"Hermes answered HTTP {reply.status}." if reply.status >= 500 else _NOT_JSON)
         return Relayed(reply.status, payload)
 
     async def events(self, run_id: str, *, idle_timeout_s: float) -> AsyncIterator[StreamItem]:
@@ -196,9 +197,9 @@ class AiohttpHermesClient:
                 status = response.status
                 return _Reply(response.status, response.headers, await response.read())
         except TimeoutError:
-            return Unavailable("timed out")
+            return Unavailable(self._timed_out)
         except (aiohttp.ClientError, OSError) as exc:
-            return Unavailable(f"{type(exc).__name__}: {exc}")
+            return Unavailable(_unreachable(exc))
         finally:
             self._logged(method, path, status, started)
 
@@ -214,9 +215,9 @@ class AiohttpHermesClient:
             status = response.status
             return response
         except TimeoutError:
-            return Unavailable("timed out")
+            return Unavailable(self._timed_out)
         except (aiohttp.ClientError, OSError) as exc:
-            return Unavailable(f"{type(exc).__name__}: {exc}")
+            return Unavailable(_unreachable(exc))
         finally:
             self._logged("GET", path, status, started)
 
@@ -244,6 +245,18 @@ class AiohttpHermesClient:
         self._log.debug(
             "Called Hermes.", extra={"method": method, "path": path, "status": status, "durationMs": duration_ms}
         )
+
+
+_NOT_JSON = "Hermes answered without a JSON body."
+
+
+def _unreachable(exc: BaseException) -> str:
+    """A short sentence for a failed call (SPEC S3.2 `hold.detail`); never the exception's raw text."""
+    if isinstance(exc, aiohttp.ClientConnectorError | ConnectionRefusedError):
+        return "Hermes refused the connection."
+    if isinstance(exc, aiohttp.ServerDisconnectedError | ConnectionResetError):
+        return "Hermes closed the connection."
+    return f"Hermes could not be reached ({type(exc).__name__})."
 
 
 def _route(path: str) -> str:

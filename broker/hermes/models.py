@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TypeAlias
 
 import orjson
-from attrs import frozen
+from attrs import field, frozen
 
 JsonObject: TypeAlias = dict[str, object]
 
@@ -25,9 +25,10 @@ class Accepted:
 
 @frozen
 class Busy:
-    """Hermes is at its concurrency cap (429); nothing was started."""
+    """Hermes is at its concurrency cap (429); nothing was started. `message`: Hermes's own words."""
 
     retry_after_s: float | None
+    message: str = field(default="", eq=False)  #: for hold.detail; not part of the outcome's identity
 
 
 @frozen
@@ -35,11 +36,12 @@ class Draining:
     """Hermes is shutting down (503 `gateway_draining`); nothing was started."""
 
     retry_after_s: float | None
+    message: str = field(default="", eq=False)  #: for hold.detail; not part of the outcome's identity
 
 
 @frozen
 class Unavailable:
-    """Hermes did not answer usefully: refused, reset, timed out, 5xx or garbage."""
+    """Hermes did not answer usefully: refused, reset, timed out, 5xx or garbage; `reason` is a sentence."""
 
     reason: str
 
@@ -49,6 +51,7 @@ class Unauthorized:
     """Hermes refused our key (401/403)."""
 
     status: int
+    message: str = field(default="", eq=False)  #: for hold.detail; not part of the outcome's identity
 
 
 @frozen

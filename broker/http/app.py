@@ -13,6 +13,7 @@ from broker.clock import Clock, SystemClock
 from broker.config import Config
 from broker.console import routes as console
 from broker.driver.decide import Policy
+from broker.driver.gate import Gate
 from broker.driver.runner import Deps
 from broker.driver.service import JobService
 from broker.driver.supervisor import Supervisor
@@ -21,6 +22,7 @@ from broker.hermes.client import AiohttpHermesClient, HermesClient
 from broker.http import health, listing, routes, sse
 from broker.http.appkeys import (
     InFlight,
+    admission_key,
     board_key,
     clock_key,
     config_key,
@@ -39,6 +41,7 @@ from broker.http.protocol import envelope_protocol_errors
 from broker.logging import get_logger
 from broker.metrics import Metrics
 from broker.store import work
+from broker.store.admission import AdmissionStore, Pacing
 from broker.store.connection import connect
 from broker.store.jobs import JobStore
 from broker.store.leases import Leases
@@ -96,11 +99,17 @@ def _redis_context(url: str | None) -> Callable[[web.Application], AsyncIterator
         log.info("Connected to Redis.", extra={"redis": _safe(url)})
         config = app[config_key]
         app[redis_key] = redis
-        app[store_key] = JobStore(redis, retention_ms=config.runs_retention_ms, takeover_ms=config.runs_lease_ms)
+        app[store_key] = JobStore(redis, retention_ms=config.runs_retention_ms, hold_ms=config.runs_hold_ms)
+        app[admission_key] = AdmissionStore(redis, Pacing.from_config(config))
         board = BoardSettings.from_config(config)
         app[writer_key] = Writer(app[store_key], app[clock_key], app[metrics_key], board)
         app[service_key] = JobService(
-            app[writer_key], app[clock_key], app[metrics_key], redis=redis, hermes=app[hermes_key]
+            app[writer_key],
+            app[clock_key],
+            app[metrics_key],
+            redis=redis,
+            hermes=app[hermes_key],
+            admission=app[admission_key],
         )
         yield
         await redis.aclose()
@@ -111,9 +120,11 @@ def _redis_context(url: str | None) -> Callable[[web.Application], AsyncIterator
 
 async def _driver_context(app: web.Application) -> AsyncIterator[None]:
     config = app[config_key]
+    gate = Gate(app[admission_key], app[metrics_key])
     deps = Deps(
         writer=app[writer_key],
         leases=Leases(app[redis_key], lease_ms=config.runs_lease_ms),
+        gate=gate,
         hermes=app[hermes_key],
         clock=app[clock_key],
         metrics=app[metrics_key],
@@ -121,6 +132,7 @@ async def _driver_context(app: web.Application) -> AsyncIterator[None]:
         poll_interval_ms=config.runs_poll_interval_ms,
     )
     supervisor = Supervisor(app[redis_key], deps, concurrency=config.runs_concurrency)
+    gate.wake = supervisor.ring
     app[supervisor_key] = supervisor
     supervisor.start()
     yield

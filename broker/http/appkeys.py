@@ -15,8 +15,10 @@ from broker.driver.supervisor import Supervisor
 from broker.driver.writer import Writer
 from broker.hermes.client import HermesClient
 from broker.metrics import Metrics
+from broker.store.admission import AdmissionStore
 from broker.store.jobs import JobStore
 
+admission_key = web.AppKey("admission", AdmissionStore)
 board_key = web.AppKey("board", BoardService)
 config_key = web.AppKey("config", Config)
 clock_key = web.AppKey("clock", Clock)

@@ -8,7 +8,7 @@ import contextlib
 from aiohttp import web
 from redis.exceptions import RedisError
 
-from broker.http.appkeys import clock_key, draining_key, hermes_key, metrics_key, redis_key
+from broker.http.appkeys import admission_key, clock_key, draining_key, hermes_key, metrics_key, redis_key
 from broker.store import work
 
 READY_TIMEOUT_S = 2.0
@@ -41,6 +41,7 @@ async def ready_report(app: web.Application) -> dict[str, object]:
         report["oldest_queued_age_ms"] = age_ms
         report["scheduled_jobs"] = stats.scheduled
         _set_gauges(app, stats.depth, age_ms)
+        report["admission"] = await _admission(app)
     except (RedisError, OSError, TimeoutError) as error:
         report["reason"] = f"redis unavailable: {type(error).__name__}"
     if report["draining"]:
@@ -56,10 +57,41 @@ def _set_gauges(app: web.Application, depth: int, age_ms: int | None) -> None:
     metrics.oldest_queued_age.set(0 if age_ms is None else age_ms / 1000)
 
 
+async def _admission(app: web.Application) -> dict[str, object]:
+    """The admission line (SPEC S3.8, S4.1): live runs against the limit, the line, the refusal; gauges too."""
+    line = await app[admission_key].state(app[clock_key].now_ms())
+    gauges = app[metrics_key].admission
+    for name, value in (
+        ("live_runs", line.live),
+        ("limit", line.limit),
+        ("limit_learnt", int(line.learnt)),
+        ("line_length", line.waiting),
+        ("oldest_wait_seconds", (line.oldest_wait_ms or 0) / 1000),
+        ("refusing", int(line.refusing is not None)),
+        ("probes", line.probes),
+        ("refused", line.refused),
+    ):
+        gauges[name].set(value)
+    return {
+        "live": line.live,
+        "limit": line.limit,
+        "learnt": line.learnt,
+        "refusing": line.refusing is not None,
+        "reason": line.refusing.value if line.refusing else None,
+        "detail": (line.detail or None) if line.refusing else None,
+        "retry_at": line.retry_at_ms / 1000 if line.refusing else None,
+        "line": line.waiting,
+        "oldest_wait_ms": line.oldest_wait_ms,
+        "probes": line.probes,
+        "refused": line.refused,
+    }
+
+
 async def metrics(request: web.Request) -> web.Response:
     app = request.app
     with contextlib.suppress(RedisError, OSError, TimeoutError):
         async with asyncio.timeout(READY_TIMEOUT_S):
+            await _admission(app)
             stats = await work.queue_stats(app[redis_key])
         oldest = stats.oldest_ms
         _set_gauges(app, stats.depth, None if oldest is None else max(0, app[clock_key].now_ms() - oldest))

@@ -5,17 +5,27 @@ limit, a bad method) itself, before any middleware, with text/plain. SPEC S3 all
 error whatever the input, so the broker replaces that answer's body with the Hermes envelope.
 aiohttp builds its protocol handlers internally, so this is a process-wide patch of one method,
 applied once by the app factory; it keeps aiohttp's logging and connection handling.
+
+aiohttp reports every parse failure as 400. A request line over its limit answers 414 `uri_too_long`
+and header fields over theirs (one too long, or too many) 431 `header_too_large`, naming the limit.
 """
 
 from __future__ import annotations
 
+import re
+import traceback
 from http import HTTPStatus
 
 from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
 _PATCHED = "_hbr_envelope"
+_TOO_MANY_HEADERS = "Too many headers received"  #: aiohttp's message (both parsers) past max_headers
+#: The pure-Python parser reports the whole request line, which starts with its method; a header
+#: line starts with its name and a colon.
+_REQUEST_LINE = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+ ")
 
 
 def envelope_protocol_errors() -> None:
@@ -31,12 +41,12 @@ def envelope_protocol_errors() -> None:
         message: str | None = None,
     ) -> web.StreamResponse:
         original(self, request, status, exc, message)  # logs; raises if a response was already started
-        phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "Error"
+        status, code, text = answer(status, exc, max_headers=self.max_headers)
         error = {
-            "message": f"Malformed HTTP request: {phrase}." if status < 500 else "The broker failed to answer.",
+            "message": text,
             "type": "invalid_request_error" if status < 500 else "server_error",
             "param": None,
-            "code": "bad_request" if status < 500 else "internal_error",
+            "code": code,
         }
         response = web.json_response({"error": error}, status=status)
         response.force_close()
@@ -44,3 +54,34 @@ def envelope_protocol_errors() -> None:
 
     setattr(handle_error, _PATCHED, True)
     RequestHandler.handle_error = handle_error  # type: ignore[method-assign]
+
+
+def answer(status: int, exc: BaseException | None, *, max_headers: int) -> tuple[int, str, str]:
+    """(status, code, message) of the envelope for what aiohttp's parser raised."""
+    if isinstance(exc, LineTooLong):
+        limit = exc.args[1] if len(exc.args) > 1 else "its limit of"
+        if _in_request_line(exc):
+            return 414, "uri_too_long", f"Request URI exceeds {limit} bytes."
+        return 431, "header_too_large", f"Request header fields exceed {limit} bytes."
+    if isinstance(exc, BadHttpMessage) and exc.message == _TOO_MANY_HEADERS:
+        return 431, "header_too_large", f"Request has more than {max_headers} header fields."
+    if status >= 500:
+        return status, "internal_error", "The broker failed to answer."
+    phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "Error"
+    return status, "bad_request", f"Malformed HTTP request: {phrase}."
+
+
+def _in_request_line(exc: LineTooLong) -> bool:
+    """Whether the line over the limit was the request line (the URI), not a header field.
+
+    LineTooLong says neither, so this reads where it was raised: the C parser raises it in its
+    `cb_on_url` callback for the URI and `cb_on_header_field` / `cb_on_header_value` for headers.
+    """
+    frames = [frame.f_code.co_name for frame, _ in traceback.walk_tb(exc.__traceback__)]
+    innermost = frames[-1] if frames else ""
+    if innermost.endswith("cb_on_url"):
+        return True
+    if "cb_on_header" in innermost:
+        return False
+    line = exc.args[0] if exc.args else b""
+    return isinstance(line, bytes | bytearray) and _REQUEST_LINE.match(line) is not None

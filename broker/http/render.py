@@ -6,10 +6,16 @@ from typing import Any
 
 import orjson
 
-from broker.events import Context
+from broker.events import Context, HoldReason
 from projections.job import JobView
 
 DEFAULT_MODEL = "hermes-agent"
+#: `hold.detail` of a hold recorded before details were (never null while a hold is set, SPEC S3.2).
+HOLD_DETAILS = {
+    HoldReason.BUSY: "Hermes is at capacity.",
+    HoldReason.DRAINING: "Hermes is draining.",
+    HoldReason.UNAVAILABLE: "Hermes is unavailable.",
+}
 
 
 def seconds(ms: int) -> float:
@@ -57,4 +63,5 @@ def _hold(view: JobView) -> dict[str, Any] | None:
         "reason": view.hold.reason.value,
         "since": seconds(view.hold.since_ms),
         "retry_at": seconds(view.hold.retry_at_ms),
+        "detail": view.hold.detail or HOLD_DETAILS[view.hold.reason],
     }

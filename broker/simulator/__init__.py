@@ -16,7 +16,8 @@ Control API (no auth, JSON bodies, all optional fields):
 - `POST /_sim/restart` `{"cancel": false, "down_s": 0}`: forget every run, as a new process would. `cancel` first
   ends live runs `cancelled` with `run.cancelled` on their streams (SIGTERM); without it streams just break
   (SIGKILL). `down_s` then drops connections for that long. In upstream-main mode runs created with an
-  Idempotency-Key survive, unsettled ones as `interrupted`.
+  Idempotency-Key survive, unsettled ones as `interrupted` (a stop of those answers 409 `run_not_active`,
+  as upstream does for a run not alive in its process).
 - `POST /_sim/refuse` `{"seconds": N}`: drop every non-control connection, live streams included, for N seconds.
 - `POST /_sim/runs/{id}/interrupt` `{"forget": false}`: break the run's event stream (its buffer is gone, as
   upstream); `forget` also loses the run (404 from then on).

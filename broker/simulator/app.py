@@ -10,11 +10,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 
-from broker.hermes.models import JsonObject
 from broker.simulator.bodies import BodyError, parse_choice, parse_create, parse_object
 from broker.simulator.control import CONTROL_PREFIX, add_control_routes, request_key, simulator_key
 from broker.simulator.script import Script, play
 from broker.simulator.state import RunStream, Settings, SimRun, Simulator
+from broker.simulator.wire import JsonObject
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 HEALTH = {"status": "ok", "platform": "hermes-agent", "version": "0.19.0"}
@@ -197,6 +197,8 @@ async def _stop(request: web.Request) -> web.Response:
     run = sim.runs.get(run_id)
     if run is None or run.task is None or run.task.done():
         if run is not None and sim.settings.upstream_main:
+            if run.status == "interrupted":  # a survivor of a restart: not alive in this process
+                return error(409, f"Run is not active in this process: {run_id}", "run_not_active")
             return web.json_response({"run_id": run_id, "status": run.status})
         return not_found(run_id)
     run.set_status("stopping", last_event="run.stopping")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 from attrs import frozen
 
-from broker.hermes.models import JsonObject
+from broker.simulator.wire import JsonObject
 
 DEFAULT_MODEL = "hermes-agent"
 CHOICE_ALIASES = {"approve": "once", "approved": "once", "allow": "once"}

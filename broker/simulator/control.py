@@ -8,8 +8,8 @@ import attrs
 import orjson
 from aiohttp import web
 
-from broker.hermes.models import JsonObject
 from broker.simulator.state import Settings, Simulator
+from broker.simulator.wire import JsonObject
 
 CONTROL_PREFIX = "/_sim/"
 simulator_key = web.AppKey("simulator", Simulator)

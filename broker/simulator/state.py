@@ -9,7 +9,7 @@ import uuid
 import attrs
 from attrs import define
 
-from broker.hermes.models import TERMINAL_STATUSES, JsonObject
+from broker.simulator.wire import TERMINAL_STATUSES, JsonObject
 
 RESTART_ERROR = "The gateway restarted before this run settled."
 

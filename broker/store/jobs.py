@@ -18,7 +18,7 @@ from projections.board import BoardState
 from projections.job import JobView, fold
 
 START = "0-0"
-STATUS_INDEXES = tuple(keys.runs_index(status.value) for status in JobStatus)  #: KEYS[11..] of the write
+STATUS_INDEXES = tuple(keys.runs_index(status.value) for status in JobStatus)  #: KEYS[12..] of the write
 
 
 @frozen
@@ -52,16 +52,17 @@ class BoardWrite:
 class JobStore:
     """Reads and writes job streams; every write is one Lua script, one round trip."""
 
-    def __init__(self, redis: Redis, *, retention_ms: int, takeover_ms: int = 15_000) -> None:
+    def __init__(self, redis: Redis, *, retention_ms: int, hold_ms: int = 2_400_000) -> None:
         self._redis = redis
         self._scripts = Scripts(redis)
         self._retention_ms = retention_ms
-        self._takeover_ms = takeover_ms  # a job nobody took by then is promoted again (RUNS_LEASE)
+        self._hold_ms = hold_ms  # a job still waiting in the line by then is woken to expire (RUNS_HOLD)
 
     async def create(self, event: JobCreated, view: JobView, board: BoardWrite | None = None) -> Created:
-        """Store `event` and its view and ring the work stream, unless the job id exists already."""
+        """Store `event` and its view, put the job in the admission line and ring the work stream for it,
+        unless the job id exists already."""
         reply = await self._write(
-            event.job_id, [event], view, expected="$new", enqueue=True, due_at=event.at_ms + self._takeover_ms,
+            event.job_id, [event], view, expected="$new", ring="line", due_at=event.at_ms + self._hold_ms,
             board=board,
         )  # fmt: skip
         if reply[0] == "OK":
@@ -77,12 +78,14 @@ class JobStore:
         *,
         expected_last_id: str | None,
         lease_token: str | None = None,
-        enqueue: bool = False,
         board: BoardWrite | None = None,
+        due_at: int | None = None,
     ) -> list[str]:
-        """Append `events` with `view` (their fold); raise StreamConflict, LeaseLost or JobNotFound."""
+        """Append `events` with `view` (their fold); raise StreamConflict, LeaseLost or JobNotFound.
+
+        `due_at`: the job's next wake-up in the due schedule, set in the same write."""
         reply = await self._write(
-            job_id, events, view, expected=expected_last_id or "", token=lease_token, enqueue=enqueue, board=board
+            job_id, events, view, expected=expected_last_id or "", token=lease_token, board=board, due_at=due_at
         )
         match reply[0]:
             case "OK":
@@ -102,7 +105,7 @@ class JobStore:
         *,
         expected: str,
         token: str | None = None,
-        enqueue: bool = False,
+        ring: str | None = None,
         due_at: int | None = None,
         board: BoardWrite | None = None,
     ) -> list[str]:
@@ -113,10 +116,14 @@ class JobStore:
             "retention": str(self._retention_ms),
             "index": {"score": str(view.updated_at_ms), "key": keys.runs_index(view.status.value)},
         }
-        if enqueue:
-            write["ring"] = "job"
+        if ring is not None:
+            write["ring"] = ring
         if due_at is not None:
             write["due"] = str(due_at)
+        if expected == "$new":
+            write["line"] = "enter"
+        elif view.status.terminal:
+            write["line"] = "leave"
         state, report = b"", b""
         if board is not None:
             state, report = encode_board(board.state), board.report or b""
@@ -139,6 +146,7 @@ class JobStore:
                 keys.BOARD_OUTBOX,
                 keys.BOARD_DUE,
                 keys.BOARD_INDEX,
+                keys.ADMISSION_LINE,
                 keys.RUNS_INDEX,
                 *STATUS_INDEXES,
             ],
@@ -168,19 +176,6 @@ class JobStore:
             job_id = keys.job_id_of(key)
             if job_id:
                 yield job_id
-
-    async def stored_board_report(self, job_id: str) -> str | None:
-        return cast(str | None, await self._redis.hget(keys.board(job_id), "latest"))
-
-    async def replace_views(
-        self, job_id: str, last_id: str, view: JobView, board: BoardState | None, report: bytes | None, at_ms: int
-    ) -> bool:
-        """Store a rebuilt fold unless the job moved on since `last_id`."""
-        replaced = await self._scripts.replace_view(
-            keys=[keys.view(job_id), keys.board(job_id)],
-            args=[last_id, encode_view(view), encode_board(board) if board else "", report or "", at_ms],
-        )
-        return cast(int, replaced) == 1
 
     async def _refold(self, job_id: str) -> Snapshot:
         history = await self.read(job_id)

@@ -14,11 +14,17 @@ hbr:lock:<name>   string  token-owned locks                                   lo
   hbr:lock:board:<J>       one board key's deliveries                       longest delivery; sender
   hbr:lock:board:reconcile one reconciliation pass per interval             BOARD_RECONCILE_INTERVAL; reconciler
 hbr:signals       pubsub  job ids whose owner should re-read their stream     -; http (stop, approval)
+hbr:{adm}:line    zset    jobs waiting for Hermes -> arrival order (S4.1)     none; job write (enter/leave), admission
+hbr:{adm}:live    zset    jobs holding an admission slot -> slot expiry ms    none; admission (granted, renewed, freed)
+hbr:{adm}:slots   hash    job holding a slot -> its place in the line         none; admission
+hbr:{adm}:state   hash    the learnt limit and the refusal (probe) state      none; admission
 hbr:runs          zset    job id -> updated_at ms: every job (GET /v1/runs)   past RUNS_RETENTION; same script as append
 hbr:runs:<status> zset    the same, one per job status (the status filter)    past RUNS_RETENTION; same script as append
 
 `{J}` is the job id as a Redis Cluster hash tag: every per-job key lives in one slot, so every
-per-job atomic write is one Lua script on one node.
+per-job atomic write is one Lua script on one node. The admission keys share the tag `{adm}`, so
+every admission script touches one slot (the job write's line entry is still a second slot, like
+`hbr:work`: SPEC S9 partitions them).
 """
 
 from __future__ import annotations
@@ -35,6 +41,12 @@ BOARD_OUTBOX_GROUP = "senders"
 BOARD_DUE = f"{PREFIX}:board:due"
 BOARD_INDEX = f"{PREFIX}:board:index"
 RUNS_INDEX = f"{PREFIX}:runs"
+
+_ADMISSION = f"{PREFIX}:{{adm}}"
+ADMISSION_LINE = f"{_ADMISSION}:line"
+ADMISSION_LIVE = f"{_ADMISSION}:live"
+ADMISSION_SLOTS = f"{_ADMISSION}:slots"
+ADMISSION_STATE = f"{_ADMISSION}:state"
 
 
 def events(job_id: str) -> str:

@@ -27,8 +27,11 @@ class Leases:
         self._scripts = Scripts(redis)
         self.lease_ms = lease_ms
 
-    async def acquire(self, job_id: str, token: str) -> bool:
-        return bool(await self._redis.set(keys.lease(job_id), token, nx=True, px=self.lease_ms))
+    async def acquire(self, job_id: str, token: str, now_ms: int) -> bool:
+        acquired = await self._scripts.acquire_lease(
+            keys=[keys.lease(job_id), keys.DUE], args=[token, self.lease_ms, job_id, now_ms + self.lease_ms]
+        )
+        return cast(int, acquired) == 1
 
     async def renew(self, job_id: str, token: str, now_ms: int) -> bool:
         renewed = await self._scripts.renew_lease(

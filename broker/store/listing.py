@@ -118,12 +118,12 @@ class IndexRepair:
         return cast(int, differs) == 1
 
     async def dangling(self, *, write: bool) -> list[str]:
-        """Index entries whose job is gone (its view expired or was deleted); removed with `write`."""
-        found: list[str] = []
+        """Jobs in the indexes that have no event stream any more (expired or deleted); removed with `write`."""
+        found: dict[str, None] = {}
         for key in [keys.RUNS_INDEX, *(keys.runs_index(status.value) for status in JobStatus)]:
             async for job_id, _ in self._redis.zscan_iter(key, count=500):
-                if not await self._redis.exists(keys.view(job_id)):
-                    found.append(job_id)
+                if not await self._redis.exists(keys.events(job_id)):
+                    found[job_id] = None
                     if write:
                         await self._redis.zrem(key, job_id)
-        return found
+        return list(found)

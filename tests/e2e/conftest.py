@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from broker.config import _VARIABLES
-from tests.conftest import free_port
+from tests.conftest import RedisServer, free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 30.0
@@ -131,3 +132,50 @@ def start_broker(tmp_path: Path, silent_hermes: str) -> Iterator[BrokerFactory]:
     for broker in started:
         if broker.process is not None:
             broker.terminate()
+
+
+class SimulatorProcess:
+    """`python -m broker.simulator` in upstream-main mode (durable keys), uncapped unless `max_concurrent`."""
+
+    def __init__(self, port: int, max_concurrent: int = 0) -> None:
+        self.url = f"http://127.0.0.1:{port}"
+        command = [sys.executable, "-m", "broker.simulator", "--port", str(port), "--upstream-main"]
+        self.process = subprocess.Popen(
+            [*command, "--max-concurrent", str(max_concurrent)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_for_port(port)
+
+    def creates(self) -> list[str]:
+        with urllib.request.urlopen(f"{self.url}/_sim/requests", timeout=5) as answer:
+            requests = json.loads(answer.read())["requests"]
+        return [r["idempotency_key"] for r in requests if r["method"] == "POST" and r["path"] == "/v1/runs"]
+
+
+@pytest.fixture
+def clean_redis(redis_server: RedisServer) -> RedisServer:
+    """The session server without other tests' jobs (their brokers would drive them against our Hermes)."""
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushdb()
+    client.close()
+    return redis_server
+
+
+@pytest.fixture
+def simulator() -> Iterator[SimulatorProcess]:
+    sim = SimulatorProcess(free_port())
+    yield sim
+    sim.process.terminate()
+    sim.process.wait(timeout=10)
+
+
+def until(probe: Any, timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(0.05)
+    raise AssertionError(f"not within {timeout}s; last: {last!r}")

@@ -4,65 +4,15 @@ and Hermes sees one create per attempt key (SPEC S4 leases, takeover, drain)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
-import urllib.request
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
 import redis
 
 from broker.store import keys
-from tests.conftest import RedisServer, free_port, wait_for_port
-from tests.e2e.conftest import BrokerFactory, BrokerProcess
+from tests.conftest import RedisServer
+from tests.e2e.conftest import BrokerFactory, BrokerProcess, SimulatorProcess, until
 
 FAST = {"RUNS_POLL_INTERVAL": "200", "RUNS_BACKOFF": "50", "RUNS_BACKOFF_MAX": "200"}
-
-
-class SimulatorProcess:
-    def __init__(self, port: int) -> None:
-        self.url = f"http://127.0.0.1:{port}"
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "broker.simulator", "--port", str(port), "--upstream-main", "--max-concurrent", "0"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        wait_for_port(port)
-
-    def creates(self) -> list[str]:
-        with urllib.request.urlopen(f"{self.url}/_sim/requests", timeout=5) as answer:
-            requests = json.loads(answer.read())["requests"]
-        return [r["idempotency_key"] for r in requests if r["method"] == "POST" and r["path"] == "/v1/runs"]
-
-
-@pytest.fixture
-def clean_redis(redis_server: RedisServer) -> RedisServer:
-    """The session server without other tests' jobs (their brokers would drive them against our Hermes)."""
-    client = redis.Redis.from_url(redis_server.url)
-    client.flushdb()
-    client.close()
-    return redis_server
-
-
-@pytest.fixture
-def simulator() -> Iterator[SimulatorProcess]:
-    sim = SimulatorProcess(free_port())
-    yield sim
-    sim.process.terminate()
-    sim.process.wait(timeout=10)
-
-
-def until(probe: Any, timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(0.05)
-    raise AssertionError(f"not within {timeout}s; last: {last!r}")
 
 
 def create_jobs(broker: BrokerProcess, count: int, text: str) -> list[str]:

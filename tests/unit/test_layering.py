@@ -1,4 +1,5 @@
-"""Import direction (STYLE B.2): pure layers stay pure, the store and the Hermes client stay apart."""
+"""Import direction (STYLE B.2, C.3): pure layers stay pure, the store and the Hermes client stay apart, and the
+Hermes simulator shares no code with the broker it stands in for."""
 
 from __future__ import annotations
 
@@ -77,6 +78,15 @@ def test_the_store_never_imports_http_hermes_or_driver(path: Path) -> None:
 def test_the_hermes_client_never_imports_the_store(path: Path) -> None:
     for module in _imports(path):
         assert not module.startswith(("broker.store", "broker.driver", "broker.http")), f"{path}: {module}"
+
+
+@pytest.mark.parametrize("path", _files("broker/simulator"), ids=lambda p: p.name)
+def test_the_simulator_shares_no_code_with_the_broker(path: Path) -> None:
+    # STYLE C.3: the contract suite tests the broker's Hermes client against this stand-in; a module both
+    # import (broker.hermes.models above all) would carry the same mistake into both, unnoticed.
+    for module in _imports(path):
+        if _top(module) == "broker":
+            assert module == "broker.simulator" or module.startswith("broker.simulator."), f"{path}: {module}"
 
 
 def test_the_checker_sees_every_kind_of_import() -> None:

@@ -2,18 +2,21 @@
 -- retention, and persist the board projection with its pending delivery (SPEC S3.6, S5.3), atomically.
 -- KEYS[1] job events   KEYS[2] job view hash   KEYS[3] job lease   KEYS[4] work stream   KEYS[5] due zset
 -- KEYS[6] job board hash   KEYS[7] board outbox   KEYS[8] board due zset   KEYS[9] board index zset
--- KEYS[10] listing index of every job   KEYS[11..] listing index of each job status (SPEC S3.9)
+-- KEYS[10] admission line zset
+-- KEYS[11] listing index of every job   KEYS[12..] listing index of each job status (SPEC S3.9)
 -- ARGV[1] the write, a JSON object of strings:
 --   job        the job id
 --   expect     '' = do not check, '$new' = create only if the job does not exist, else the expected last id
 --   token      the lease token that fences the write ('' = not fenced)
 --   retention  ms every job key lives after this write
---   ring       present: ring the work stream with this doorbell field ('job')
+--   ring       present: ring the work stream with this doorbell field ('line': run the admission line)
 --   due        present: the job's next wake-up in the due schedule (epoch ms)
+--   line       'enter': the job joins the admission line, placed by its first event's id (arrival order);
+--              'leave': it leaves the line (it is terminal)
 --   board      present: a new board version {at, change ('1' = state change), expire (epoch ms),
 --              refresh (ms), now (epoch ms)}
 --   index      present: the listing entry {score (the view's updated_at ms), key (the index of its status,
---              one of KEYS[11..])}
+--              one of KEYS[12..])}
 -- ARGV[2] job view JSON   ARGV[3] board fold state JSON ('' = no board)   ARGV[4] board report ('' = none)
 -- ARGV[5..] event JSONs, oldest first
 -- Returns {'OK', id1, ...} | {'EXISTS', view JSON} | {'MISSING'} | {'FENCED'} | {'CONFLICT', actual last id}
@@ -37,6 +40,13 @@ for i = 5, #ARGV do
   last = redis.call('XADD', KEYS[1], '*', 'e', ARGV[i])
   reply[#reply + 1] = last
 end
+if w.line == 'enter' then
+  -- place = ms * 1000 + seq of the job's first event, built as a string so no digit is lost
+  local ms, seq = string.match(reply[2], '^(%d+)-(%d+)$')
+  redis.call('ZADD', KEYS[10], ms .. string.format('%03d', math.min(tonumber(seq), 999)), w.job)
+elseif w.line == 'leave' then
+  redis.call('ZREM', KEYS[10], w.job)
+end
 redis.call('HSET', KEYS[2], 'state', ARGV[2], 'last_id', last)
 if ARGV[3] ~= '' then
   redis.call('HSET', KEYS[2], 'board', ARGV[3])
@@ -53,15 +63,14 @@ end
 local x = w.index
 if x then
   -- The listing (SPEC S3.9): the job under its latest change in the all-jobs index and in the index of
-  -- its status only. The view hash remembers which status index holds the job ('indexed'); a job stored
-  -- before the index existed is removed from every other status index once. Entries past the retention
-  -- of this write's time are trimmed (their jobs have expired; the reader also skips them).
-  local indexed = redis.call('HGET', KEYS[2], 'indexed')
+  -- its status, out of the other status indexes (a ZREM of an absent member is a hash lookup, and needs no
+  -- memory of the previous status). Entries past the retention of this write's time are trimmed: their
+  -- jobs have expired (the reader skips them too).
   local target = nil
-  for i = 11, #KEYS do
+  for i = 12, #KEYS do
     if KEYS[i] == x.key then
       target = KEYS[i]
-    elseif indexed ~= x.key and (KEYS[i] == indexed or (not indexed and w.expect ~= '$new')) then
+    elseif w.expect ~= '$new' then
       redis.call('ZREM', KEYS[i], w.job)
     end
   end
@@ -69,13 +78,10 @@ if x then
     return redis.error_reply('index key ' .. x.key .. ' is not among KEYS')
   end
   local expired = '(' .. (tonumber(x.score) - tonumber(w.retention))
-  redis.call('ZADD', KEYS[10], x.score, w.job)
+  redis.call('ZADD', KEYS[11], x.score, w.job)
   redis.call('ZADD', target, x.score, w.job)
-  redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', expired)
+  redis.call('ZREMRANGEBYSCORE', KEYS[11], '-inf', expired)
   redis.call('ZREMRANGEBYSCORE', target, '-inf', expired)
-  if indexed ~= x.key then
-    redis.call('HSET', KEYS[2], 'indexed', x.key)
-  end
 end
 
 local b = w.board

@@ -27,10 +27,8 @@ end
 if not target then
   return redis.error_reply('index key ' .. ARGV[3] .. ' is not among KEYS')
 end
-differs = differs or redis.call('HGET', KEYS[1], 'indexed') ~= ARGV[3]
 if differs and repair then
   redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
   redis.call('ZADD', target, ARGV[2], ARGV[1])
-  redis.call('HSET', KEYS[1], 'indexed', ARGV[3])
 end
 return differs and 1 or 0

@@ -1,12 +1,11 @@
 """Browser fixtures: Debian's headless Chromium driven by Selenium against a broker process, Redis and the
-simulator. The network is closed to everything but loopback; the tests fail (never skip) without Chromium."""
+simulator (the e2e conftest's `simulator` and `clean_redis`). The network is closed to everything but
+loopback; the tests fail (never skip) without Chromium."""
 
 from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -14,13 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from tests.conftest import RedisServer, free_port, wait_for_port
-from tests.e2e.conftest import BrokerFactory, BrokerProcess
+from tests.conftest import RedisServer
+from tests.e2e.conftest import BrokerFactory, BrokerProcess, SimulatorProcess
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -28,42 +26,16 @@ LOOPBACK = ("127.0.0.1", "127.0.0.2")  #: the broker, and the "other site" of th
 FAST = {"RUNS_POLL_INTERVAL": "200", "RUNS_BACKOFF": "50", "RUNS_BACKOFF_MAX": "200"}
 
 
-class Simulator:
-    def __init__(self, port: int) -> None:
-        self.url = f"http://127.0.0.1:{port}"
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "broker.simulator", "--port", str(port), "--max-concurrent", "0"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        wait_for_port(port)
-
-    def settings(self, **changes: Any) -> None:
-        request = urllib.request.Request(f"{self.url}/_sim/settings", data=json.dumps(changes).encode(), method="POST")
-        with urllib.request.urlopen(request, timeout=5):
-            pass
+def sim_settings(simulator: SimulatorProcess, **changes: Any) -> None:
+    """Change the simulator's settings (`/_sim/settings`), e.g. `step_s=0.3`."""
+    request = urllib.request.Request(f"{simulator.url}/_sim/settings", data=json.dumps(changes).encode(), method="POST")
+    with urllib.request.urlopen(request, timeout=5):
+        pass
 
 
 @pytest.fixture
-def simulator() -> Iterator[Simulator]:
-    sim = Simulator(free_port())
-    yield sim
-    sim.process.terminate()
-    sim.process.wait(timeout=10)
-
-
-@pytest.fixture
-def clean_redis(redis_server: RedisServer) -> RedisServer:
-    """The session server without other tests' jobs (a broker would drive them against this simulator)."""
-    client = redis.Redis.from_url(redis_server.url)
-    client.flushdb()
-    client.close()
-    return redis_server
-
-
-@pytest.fixture
-def broker(clean_redis: RedisServer, simulator: Simulator, start_broker: BrokerFactory) -> BrokerProcess:
-    """One broker replica driving jobs against the simulator."""
+def broker(clean_redis: RedisServer, simulator: SimulatorProcess, start_broker: BrokerFactory) -> BrokerProcess:
+    """One broker replica driving jobs against the simulator, on a Redis without other tests' jobs."""
     return start_broker(redis_url=clean_redis.url, HERMES_URL=simulator.url, HERMES_TIMEOUT="5000", **FAST)
 
 
@@ -119,7 +91,7 @@ def requested_urls(driver: WebDriver) -> list[str]:
     return urls
 
 
-def until(probe: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
+def eventually(probe: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:

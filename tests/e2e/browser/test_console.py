@@ -18,8 +18,8 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from tests.conftest import RedisServer, free_port
-from tests.e2e.browser.conftest import FAST, Simulator, requested_urls, until
-from tests.e2e.conftest import BrokerFactory, BrokerProcess
+from tests.e2e.browser.conftest import FAST, eventually, requested_urls, sim_settings
+from tests.e2e.conftest import BrokerFactory, BrokerProcess, SimulatorProcess
 
 XSS = "<img src=x onerror=alert(1)>"
 JSON = {"Content-Type": "application/json"}
@@ -62,21 +62,21 @@ def test_the_overview_lists_a_new_job_without_a_reload(broker: BrokerProcess, br
     assert browser.find_element(By.TAG_NAME, "h1").text == "Overview"
     browser.execute_script("window.__sameDocument = true")
     job_id = create(broker, "hello", context={"title": "A new job"})
-    row = until(lambda: browser.find_elements(By.CSS_SELECTOR, f'tr[data-job-id="{job_id}"]'), what="the row")
+    row = eventually(lambda: browser.find_elements(By.CSS_SELECTOR, f'tr[data-job-id="{job_id}"]'), what="the row")
     assert "A new job" in row[0].text
     assert browser.execute_script("return window.__sameDocument") is True  # updated in place, not reloaded
     link = row[0].find_element(By.TAG_NAME, "a")
     link.click()
-    until(lambda: browser.current_url.endswith(f"/console/jobs/{job_id}"), what="the job page")
+    eventually(lambda: browser.current_url.endswith(f"/console/jobs/{job_id}"), what="the job page")
 
 
 def test_the_timeline_replays_then_follows_live_and_the_status_turns_completed(
-    broker: BrokerProcess, simulator: Simulator, browser: WebDriver
+    broker: BrokerProcess, simulator: SimulatorProcess, browser: WebDriver
 ) -> None:
     # Given a job that has recorded some events and will record more for a few seconds
-    simulator.settings(step_s=0.4)
+    sim_settings(simulator, step_s=0.4)
     job_id = create(broker, "tools:3 sleep:3")
-    until(lambda: job(broker, job_id)["last_event"] == "tool.started", what="the first tool call")
+    eventually(lambda: job(broker, job_id)["last_event"] == "tool.started", what="the first tool call")
     # When its page is opened
     browser.get(f"{broker.url}/console/jobs/{job_id}")
     browser.execute_script("window.__sameDocument = true")
@@ -84,10 +84,10 @@ def test_the_timeline_replays_then_follows_live_and_the_status_turns_completed(
     assert len(replayed) >= 3  # job.queued, job.accepted, tool.started at least, rendered by the server
     assert status_text(browser) == "running"
     # Then the status turns completed without a reload, and the timeline is the SSE route's, in order, once
-    until(lambda: status_text(browser) == "completed", timeout=30, what="completed")
+    eventually(lambda: status_text(browser) == "completed", timeout=30, what="completed")
     assert browser.execute_script("return window.__sameDocument") is True
     expected = sse_ids(broker, job_id)
-    until(lambda: page_ids(browser) == expected, what="the whole timeline")
+    eventually(lambda: page_ids(browser) == expected, what="the whole timeline")
     assert len(expected) > len(replayed) and expected[: len(replayed)] == replayed
     assert len(set(expected)) == len(expected)
     assert browser.find_elements(By.CSS_SELECTOR, '[data-action="stop"]') == []
@@ -97,13 +97,13 @@ def test_the_timeline_replays_then_follows_live_and_the_status_turns_completed(
 
 def test_stop_ends_a_long_job_cancelled(broker: BrokerProcess, browser: WebDriver) -> None:
     job_id = create(broker, "sleep:30")
-    until(lambda: job(broker, job_id)["status"] == "running", what="running")
+    eventually(lambda: job(broker, job_id)["status"] == "running", what="running")
     browser.get(f"{broker.url}/console/jobs/{job_id}")
     browser.find_element(By.CSS_SELECTOR, '[data-action="stop"]').click()
-    until(lambda: status_text(browser) == "cancelled", timeout=20, what="cancelled")
+    eventually(lambda: status_text(browser) == "cancelled", timeout=20, what="cancelled")
     assert job(broker, job_id)["status"] == "cancelled"
     assert job(broker, job_id)["error"]["code"] == "stopped"
-    until(lambda: page_ids(browser) == sse_ids(broker, job_id), what="the timeline up to run.cancelled")
+    eventually(lambda: page_ids(browser) == sse_ids(broker, job_id), what="the timeline up to run.cancelled")
     assert browser.find_elements(By.CSS_SELECTOR, '[data-action="stop"]') == []
 
 
@@ -116,20 +116,20 @@ def test_a_hostile_title_renders_as_text(broker: BrokerProcess, browser: WebDriv
     browser.get(f"{broker.url}/console/jobs/{job_id}")
     assert browser.find_element(By.TAG_NAME, "h1").text == XSS
     assert browser.find_elements(By.TAG_NAME, "img") == []
-    until(lambda: status_text(browser) == "completed", what="completed")
+    eventually(lambda: status_text(browser) == "completed", what="completed")
     assert_no_alert(browser)
 
 
 def test_the_pages_load_with_only_the_broker_reachable(broker: BrokerProcess, browser: WebDriver) -> None:
     job_id = create(broker, "tools:1")
-    until(lambda: job(broker, job_id)["status"] == "completed", what="completed")
+    eventually(lambda: job(broker, job_id)["status"] == "completed", what="completed")
     requested_urls(browser)  # drop anything logged before
     for path in ("/console", f"/console/jobs/{job_id}"):
         browser.get(broker.url + path)
         # The served stylesheet applied and the served script ran (nothing else was there to load)
         assert browser.execute_script("return document.styleSheets[0].cssRules.length") > 0
     browser.get(f"{broker.url}/console")
-    until(lambda: requested_urls(browser).count(f"{broker.url}/console") >= 1, what="the live refresh")
+    eventually(lambda: requested_urls(browser).count(f"{broker.url}/console") >= 1, what="the live refresh")
     browser.get(f"{broker.url}/console/jobs/{job_id}")
     urls = requested_urls(browser)
     assert urls and all(url.startswith(f"{broker.url}/") for url in urls), urls
@@ -185,8 +185,8 @@ def test_a_cross_site_page_cannot_create_stop_or_answer_approvals(
     # Given a running job and one waiting for approval
     running = create(broker, "sleep:30")
     waiting = create(broker, "approval")
-    until(lambda: job(broker, running)["status"] == "running", what="running")
-    until(lambda: job(broker, waiting)["status"] == "waiting_for_approval", what="waiting for approval")
+    eventually(lambda: job(broker, running)["status"] == "running", what="running")
+    eventually(lambda: job(broker, waiting)["status"] == "waiting_for_approval", what="waiting for approval")
     before = broker.request("GET", "/v1/runs")[1]["data"]
     # When a page of another site posts a create, a stop and a denial to the broker (simple requests: no preflight)
     origin, page = other_site
@@ -201,10 +201,10 @@ Promise.all([
 ]).then(() => {{ document.title = "sent"; }});
 </script>"""
     browser.get(f"{origin}/")
-    until(lambda: browser.title == "sent", what="the other site's requests")
+    eventually(lambda: browser.title == "sent", what="the other site's requests")
     # Then each request reached the broker and was refused
     for path in ("/v1/runs", f"/v1/runs/{running}/stop", f"/v1/runs/{waiting}/approval"):
-        until(lambda path=path: refused(broker, path), what=f"a 403 for {path}")
+        eventually(lambda path=path: refused(broker, path), what=f"a 403 for {path}")
     # And nothing changed
     assert job(broker, running)["status"] == "running"
     assert job(broker, waiting)["status"] == "waiting_for_approval"
@@ -212,26 +212,26 @@ Promise.all([
     # While the broker's own page may still stop the job (same origin)
     browser.get(f"{broker.url}/console/jobs/{running}")
     browser.find_element(By.CSS_SELECTOR, '[data-action="stop"]').click()
-    until(lambda: job(broker, running)["status"] == "cancelled", what="cancelled from the console")
+    eventually(lambda: job(broker, running)["status"] == "cancelled", what="cancelled from the console")
     broker.request("POST", f"/v1/runs/{waiting}/stop")
 
 
 def test_the_timeline_resumes_after_the_broker_restarts(
-    clean_redis: RedisServer, simulator: Simulator, start_broker: BrokerFactory, browser: WebDriver
+    clean_redis: RedisServer, simulator: SimulatorProcess, start_broker: BrokerFactory, browser: WebDriver
 ) -> None:
     # Given a job page following a live job
     port = free_port()
     first = start_broker(redis_url=clean_redis.url, port=port, HERMES_URL=simulator.url, **FAST)
-    simulator.settings(step_s=0.3)
+    sim_settings(simulator, step_s=0.3)
     job_id = create(first, "tools:4 sleep:4")
-    until(lambda: job(first, job_id)["status"] == "running", what="running")
+    eventually(lambda: job(first, job_id)["status"] == "running", what="running")
     browser.get(f"{first.url}/console/jobs/{job_id}")
-    until(lambda: len(page_ids(browser)) >= 3, what="some events")
+    eventually(lambda: len(page_ids(browser)) >= 3, what="some events")
     # When the broker drains (its event streams end without a terminal event) and comes back on the same port
     assert first.terminate() == 0
     second = start_broker(redis_url=clean_redis.url, port=port, HERMES_URL=simulator.url, **FAST)
     # Then the page resumes with Last-Event-ID: every event once, in order, up to the job's end
-    until(lambda: status_text(browser) == "completed", timeout=40, what="completed after the restart")
+    eventually(lambda: status_text(browser) == "completed", timeout=40, what="completed after the restart")
     expected = sse_ids(second, job_id)
-    until(lambda: page_ids(browser) == expected, what="the whole timeline")
+    eventually(lambda: page_ids(browser) == expected, what="the whole timeline")
     assert len(set(expected)) == len(expected)

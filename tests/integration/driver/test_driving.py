@@ -241,3 +241,31 @@ async def test_deltas_past_the_cap_are_counted_not_stored(make_replica: ClientFa
     assert len(tools) == 4
     warned = [r for r in caplog.records if r.message.startswith("Stopped storing message deltas")]
     assert len(warned) == 1
+
+
+async def test_a_stop_of_a_run_a_restarted_hermes_no_longer_holds_ends_the_job(
+    make_replica: ClientFactory, sim: Simulator
+) -> None:
+    # Given upstream-main Hermes (durable keys; runs come back `interrupted`, their stop answers 409
+    # run_not_active) and a slow running job
+    sim.settings.upstream_main = True
+    replica = await make_replica(runs_poll_interval_ms=200)
+    created = await create(replica, {"input": "slow sleep:30"})
+    job_id = created["run_id"]
+
+    async def running() -> bool:
+        return (await job(replica, job_id))["status"] == "running"
+
+    await eventually(running)
+    # When Hermes restarts (down for a moment) and the job is stopped meanwhile
+    await sim.restart(cancel=False, down_s=0.6)
+    answer = await replica.post(f"/v1/runs/{job_id}/stop")
+    assert (await answer.json())["status"] == "stopping"
+    # Then the job ends cancelled/stopped soon after Hermes is back, without a resubmit,
+    # and Hermes saw only a handful of stop requests
+    done = await settled(replica, job_id, timeout=5)
+    assert done["status"] == "cancelled" and done["error"]["code"] == "stopped"
+    assert done["attempts"] == 1 and f"{job_id}#2" not in creates(sim)
+    stops = [r for r in sim.requests if r["method"] == "POST" and r["path"].endswith("/stop")]
+    assert 1 <= len(stops) <= 6
+    assert stops[-1]["status"] == 409  # the answer that ended it: run_not_active

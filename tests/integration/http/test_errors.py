@@ -1,5 +1,5 @@
 """Validation and the error envelope over real HTTP (SPEC S3, S3.1, S3.8): every failure is a
-400/404/405/413 in the Hermes envelope that names the offending field, and stores nothing."""
+400/404/405/413/414/431 in the Hermes envelope that names the offending field, and stores nothing."""
 
 from __future__ import annotations
 
@@ -198,11 +198,10 @@ async def test_the_matrix_is_big_enough() -> None:
         (b"Idempotency-Key: \xc3\xa9t\xc3\xa9", "invalid_idempotency_key"),
         (b"Idempotency-Key: a b", "invalid_idempotency_key"),
         (b"X-Hermes-Session-Key: a\tb", "invalid_session_key"),
-        # aiohttp's parser rejects these before any route sees them: still the envelope, code bad_request.
+        # aiohttp's parser rejects this before any route sees it: still the envelope, code bad_request.
         (b"X-Hermes-Session-Key: a\x01b", "bad_request"),
-        (b"Idempotency-Key: " + b"k" * 9000, "bad_request"),
     ],
-    ids=["key-non-ascii", "key-space", "session-key-tab", "session-key-control-char", "key-9000-bytes"],
+    ids=["key-non-ascii", "key-space", "session-key-tab", "session-key-control-char"],
 )
 async def test_bad_header_bytes_answer_the_envelope(
     client: TestClient[Any, Any], redis: Redis, header: bytes, code: str
@@ -213,6 +212,62 @@ async def test_bad_header_bytes_answer_the_envelope(
     assert b"application/json" in head.lower()
     assert_envelope(orjson.loads(payload), code)
     assert await redis.dbsize() == before
+
+
+async def _raw(client: TestClient[Any, Any], request: bytes) -> tuple[int, bytes, dict[str, Any]]:
+    """Send `request` as is over a fresh connection; the status, head and JSON body of the answer."""
+    reader, writer = await asyncio.open_connection(client.server.host, client.server.port)
+    writer.write(request)
+    await writer.drain()
+    try:
+        answer = await reader.read()
+    finally:
+        writer.close()
+        await writer.wait_closed()
+    head, _, payload = answer.partition(b"\r\n\r\n")
+    return int(head.split(b" ")[1]), head, orjson.loads(payload)
+
+
+LIMIT = 8190  # aiohttp's max_line_size and max_field_size
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status", "code", "message"),
+    [
+        (b"GET /v1/runs/" + b"j" * 9000 + b" HTTP/1.1\r\nHost: b\r\n\r\n", 414, "uri_too_long",
+         f"Request URI exceeds {LIMIT} bytes."),
+        (b"GET /v1/runs?after=" + b"1" * (LIMIT + 1) + b" HTTP/1.1\r\nHost: b\r\n\r\n", 414, "uri_too_long",
+         f"Request URI exceeds {LIMIT} bytes."),
+        (b"GET /v1/runs/x HTTP/1.1\r\nHost: b\r\nIdempotency-Key: " + b"k" * 9000 + b"\r\n\r\n", 431,
+         "header_too_large", f"Request header fields exceed {LIMIT} bytes."),
+        (b"GET /v1/runs/x HTTP/1.1\r\nHost: b\r\nReferer: /" + b"r" * 9000 + b"\r\n\r\n", 431,
+         "header_too_large", f"Request header fields exceed {LIMIT} bytes."),
+        (b"GET /v1/runs/x HTTP/1.1\r\nHost: b\r\nX-" + b"n" * 9000 + b": 1\r\n\r\n", 431,
+         "header_too_large", f"Request header fields exceed {LIMIT} bytes."),
+        (b"GET /v1/runs/x HTTP/1.1\r\nHost: b\r\n" + b"".join(b"X-%d: 1\r\n" % i for i in range(200)) + b"\r\n",
+         431, "header_too_large", "Request has more than 128 header fields."),
+    ],
+    ids=["path-9000", "query-over-limit", "header-value-9000", "header-value-like-a-path", "header-name-9000",
+         "200-headers"],
+)  # fmt: skip
+async def test_requests_over_the_parser_limits_answer_414_or_431_in_the_envelope(
+    client: TestClient[Any, Any], request_bytes: bytes, status: int, code: str, message: str
+) -> None:
+    # When a request's URI or headers exceed aiohttp's limits
+    answer, head, body = await _raw(client, request_bytes)
+    # Then the answer names the limit in the envelope, with the status for that part of the request
+    assert (answer, body) == (
+        status,
+        {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": code}},
+    )
+    assert b"application/json" in head.lower()
+
+
+async def test_a_request_just_within_the_limits_is_answered_normally(client: TestClient[Any, Any]) -> None:
+    path = b"/v1/runs/" + b"j" * (LIMIT - 200)
+    request = b"GET " + path + b" HTTP/1.1\r\nHost: b\r\nConnection: close\r\nX-Pad: " + b"p" * 8000 + b"\r\n\r\n"
+    status, _, body = await _raw(client, request)
+    assert status == 404 and body["error"]["code"] == "run_not_found"
 
 
 async def test_a_rejected_key_stays_free(client: TestClient[Any, Any]) -> None:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from broker.driver import decide
-from broker.driver.decide import Append, Done, Follow, Policy, StopRun, Submit, Wait
-from broker.events import JobCreated, JobEvent, JobStatus, RunAccepted, StopRequested
+from broker.driver.decide import Append, Done, Follow, Policy, Queue, StopRun, Submit
+from broker.events import HoldReason, JobCreated, JobEvent, JobStatus, RunAccepted, StopRequested
 from broker.hermes.models import (
     Accepted,
     Busy,
@@ -18,6 +18,8 @@ from broker.hermes.models import (
     HermesRun,
     NotFound,
     Rejected,
+    StopOutcome,
+    Stopping,
     Unauthorized,
     Unavailable,
 )
@@ -29,8 +31,23 @@ JOB = "job_" + "0" * 32
 refusals = st.one_of(
     st.builds(Busy, st.none() | st.floats(0, 5)),
     st.builds(Draining, st.just(1.0)),
-    st.builds(Unavailable, st.just("refused")),
+    st.builds(Unavailable, st.just("Hermes refused the connection.")),
     st.builds(Unauthorized, st.sampled_from([401, 403])),
+)
+#: Every kind of answer Hermes (0.19.0 or upstream main) gives to POST /v1/runs/{id}/stop.
+stop_answers = st.sampled_from(
+    [
+        Stopping("run_x", "stopping"),
+        Stopping("run_x", "cancelled"),
+        Stopping("run_x", "interrupted"),
+        Stopping("run_x", "completed"),
+        NotFound("run_x"),
+        Rejected(409, "Run is not active", "run_not_active"),
+        Rejected(404, "gone", None),
+        Rejected(400, "odd", None),
+        Unavailable("Hermes refused the connection."),
+        Unauthorized(401),
+    ]
 )
 live_names = st.sampled_from(
     ["message.delta", "tool.started", "tool.completed", "reasoning.available", "approval.request", "todo.updated"]
@@ -56,6 +73,8 @@ class Driving(RuleBasedStateMachine):
         self.live_run: str | None = None
         self.stop_requested_before_end = False
         self.stop_sent = 0
+        self.admitted = False  #: the driver holds an admission slot for the job
+        self.stop_retries = 0
 
     def append(self, events: list[JobEvent]) -> None:
         for event in events:
@@ -67,18 +86,20 @@ class Driving(RuleBasedStateMachine):
                 self.accepted_runs += 1
 
     def action(self) -> decide.Action:
-        return decide.next_action(self.view, self.now, stop_sent=self.stop_sent == self.view.attempt)
+        stop_sent = self.stop_sent == self.view.attempt
+        return decide.next_action(self.view, self.now, stop_sent=stop_sent, admitted=self.admitted, policy=POLICY)
 
     @rule(ms=st.integers(1, 3_000))
     def time_passes(self, ms: int) -> None:
         self.now += ms
 
-    @precondition(lambda self: isinstance(self.action(), Wait))
+    @precondition(lambda self: isinstance(self.action(), Queue))
     @rule()
-    def wait_for_retry(self) -> None:
+    def the_line_grants_a_slot(self) -> None:
         action = self.action()
-        assert isinstance(action, Wait) and action.until_ms > self.now
-        self.now = action.until_ms
+        assert isinstance(action, Queue) and action.deadline_ms > self.now
+        assert action.place == decide.line_place(self.view)
+        self.admitted = True
 
     @precondition(lambda self: isinstance(self.action(), Append))
     @rule()
@@ -102,7 +123,11 @@ class Driving(RuleBasedStateMachine):
         assert action.idempotency_key == expected_key
         if isinstance(outcome, Accepted):
             outcome = Accepted(f"run_{action.attempt}")
-        events = decide.on_create(self.view, action.attempt, outcome, self.now, 0.5, POLICY)
+        if decide.refusal_of(outcome) is not None:
+            self.admitted = False  # back in the line
+        events = decide.on_create(
+            self.view, action.attempt, outcome, self.now, retry_at_ms=self.now + 500, policy=POLICY
+        )
         self.append(events)
         if isinstance(outcome, Accepted):
             self.live_run = outcome.run_id
@@ -130,11 +155,19 @@ class Driving(RuleBasedStateMachine):
             self.live_run = None
 
     @precondition(lambda self: isinstance(self.action(), StopRun))
-    @rule(gone=st.booleans())
-    def hermes_answers_a_stop(self, gone: bool) -> None:
-        self.stop_sent = self.view.attempt
-        self.append(decide.on_stop(self.view, gone, self.now))
+    @rule(answer=stop_answers)
+    def hermes_answers_a_stop(self, answer: StopOutcome) -> None:
+        verdict = decide.on_stop(self.view, answer, self.now)
+        assert [verdict.retry, verdict.sent, bool(verdict.events)].count(True) == 1, "one meaning per answer"
+        if verdict.retry:
+            self.stop_retries += 1
+            self.now += decide.backoff_ms(self.stop_retries, 0.5, POLICY)  # never asked again at once
+            return
+        if verdict.sent:
+            self.stop_sent = self.view.attempt
+        self.append(list(verdict.events))
         if self.view.status.terminal:
+            assert self.view.status is JobStatus.CANCELLED and self.view.error_code in ("stopped", "approval_denied")
             self.live_run = None
 
     @rule(chance=st.integers(0, 5))
@@ -175,6 +208,11 @@ class Driving(RuleBasedStateMachine):
             assert isinstance(self.action(), Done)
 
     @invariant()
+    def hermes_is_only_asked_to_create_with_a_slot(self) -> None:
+        if isinstance(self.action(), Submit):
+            assert self.admitted
+
+    @invariant()
     def a_held_job_has_not_been_accepted(self) -> None:
         if self.view.hold is not None:
             assert self.view.accepted_attempt != self.view.attempt
@@ -184,10 +222,68 @@ TestDriving = Driving.TestCase
 TestDriving.settings = settings(max_examples=400, stateful_step_count=60, deadline=None)
 
 
-def test_backoff_is_never_shorter_than_retry_after_nor_past_the_hold() -> None:
-    assert decide.retry_at(0, 0, 0, 7.0, 0.0, POLICY) == 7_000
-    assert decide.retry_at(30, 0, 9_500, None, 0.99, POLICY) == 10_000
-    assert 500 <= decide.retry_at(10, 0, 0, None, 0.0, POLICY) - 0 <= 1_000
+def test_backoff_grows_with_failures_up_to_its_cap_and_is_jittered() -> None:
+    assert [decide.backoff_ms(n, 0.0, POLICY) for n in (1, 2, 3, 4, 5, 30)] == [50, 100, 200, 400, 500, 500]
+    assert [decide.backoff_ms(n, 0.99, POLICY) for n in (1, 5)] == [99, 995]
+
+
+def _stopping_view() -> JobView:
+    created = JobCreated(job_id=JOB, at_ms=1, body="{}", fingerprint="f")
+    view = fold([created, RunAccepted(job_id=JOB, at_ms=2, attempt=1, hermes_run_id="run_1"),
+                 StopRequested(job_id=JOB, at_ms=3)])  # fmt: skip
+    assert view is not None and view.status is JobStatus.STOPPING
+    return view
+
+
+@given(answers=st.lists(stop_answers, min_size=1, max_size=30))
+def test_every_stop_answer_ends_the_job_follows_the_run_or_backs_off(answers: list[StopOutcome]) -> None:
+    # Given a stopping job, When Hermes answers the stops in any order, Then each answer ends the job
+    # (the run is gone or settled), hands over to following the run (it will settle), or waits a
+    # growing backoff before asking again: never an unbounded loop of immediate stops.
+    view, failures, waited = _stopping_view(), 0, []
+    for answer in answers:
+        verdict = decide.on_stop(view, answer, 10)
+        if not verdict.retry:
+            after = fold(verdict.events, view)
+            assert after is not None
+            assert verdict.sent or (after.status is JobStatus.CANCELLED and after.error_code == "stopped")
+            return
+        failures += 1
+        waited.append(decide.backoff_ms(failures, 0.0, POLICY))
+    assert waited == sorted(waited) and waited[0] >= POLICY.backoff_ms // 2
+
+
+def test_a_stop_of_a_run_hermes_no_longer_holds_cancels_at_once() -> None:
+    for gone in (
+        NotFound("run_1"),
+        Rejected(409, "Run is not active", "run_not_active"),
+        Stopping("run_1", "interrupted"),
+    ):
+        [finished] = decide.on_stop(_stopping_view(), gone, 4).events
+        after = apply(_stopping_view(), finished)
+        assert after is not None and after.status is JobStatus.CANCELLED and after.error_code == "stopped"
+
+
+def test_a_waiting_job_queues_until_granted_and_expires_after_the_hold() -> None:
+    view = apply(None, JobCreated(job_id=JOB, at_ms=1_000, body="{}", fingerprint="f"))
+    assert view is not None
+    assert decide.next_action(view, 2_000, stop_sent=False, admitted=False, policy=POLICY) == Queue("1000000", 11_000)
+    assert isinstance(decide.next_action(view, 2_000, stop_sent=False, admitted=True, policy=POLICY), Submit)
+    expired = decide.next_action(view, 11_000, stop_sent=False, admitted=True, policy=POLICY)
+    assert isinstance(expired, Append)
+    after = fold(expired.events, view)
+    assert after is not None and after.error_code == "hold_expired"
+
+
+def test_a_refused_create_holds_with_the_line_retry_at_and_hermes_words() -> None:
+    view = apply(None, JobCreated(job_id=JOB, at_ms=1_000, body="{}", fingerprint="f"))
+    assert view is not None
+    [held] = decide.on_create(view, 1, Unauthorized(403, "X-Hermes-Session-Key requires API key authentication"),
+                              3_000, retry_at_ms=4_000, policy=POLICY)  # fmt: skip
+    after = apply(view, held)
+    assert after is not None and after.hold is not None
+    assert (after.hold.reason, after.hold.since_ms, after.hold.retry_at_ms) == (HoldReason.UNAVAILABLE, 1_000, 4_000)
+    assert after.hold.detail == "X-Hermes-Session-Key requires API key authentication"
 
 
 def test_completed_after_a_stop_is_cancelled() -> None:
@@ -203,7 +299,7 @@ def test_completed_after_a_stop_is_cancelled() -> None:
 def test_hermes_400_rejects_the_job() -> None:
     view = apply(None, JobCreated(job_id=JOB, at_ms=1, body="{}", fingerprint="f"))
     assert view is not None
-    [event] = decide.on_create(view, 1, Rejected(400, "Missing 'input' field", None), 2, 0.0, POLICY)
+    [event] = decide.on_create(view, 1, Rejected(400, "Missing 'input' field", None), 2, retry_at_ms=2, policy=POLICY)
     after = apply(view, event)
     assert (
         after is not None and after.error_code == "hermes_rejected" and after.error_message == "Missing 'input' field"

@@ -37,15 +37,18 @@ def test_create_answers_map_to_outcomes() -> None:
     assert create_outcome(202, {"Idempotency-Replayed": "true"}, b'{"run_id": "run_1"}') == Accepted("run_1", True)
     assert create_outcome(429, {"Retry-After": "1"}, envelope("Too many", "rate_limit_exceeded")) == Busy(1.0)
     assert create_outcome(503, {"Retry-After": "1"}, envelope("Draining", "gateway_draining")) == Draining(1.0)
-    assert create_outcome(503, {}, b"<html>bad gateway</html>") == Unavailable("HTTP 503")
-    assert create_outcome(500, {}, b"500 Internal Server Error") == Unavailable("HTTP 500")
+    assert create_outcome(503, {}, b"<html>bad gateway</html>") == Unavailable("Hermes answered HTTP 503.")
+    assert create_outcome(500, {}, b"500 Internal Server Error") == Unavailable("Hermes answered HTTP 500.")
     assert create_outcome(401, {}, envelope("Invalid API key", "invalid_api_key")) == Unauthorized(401)
     assert create_outcome(403, {}, envelope("needs a key", None)) == Unauthorized(403)
     assert create_outcome(400, {}, envelope("Invalid JSON", None)) == Rejected(400, "Invalid JSON", None)
     assert create_outcome(409, {}, envelope("used", "idempotency_key_conflict")) == Rejected(
         409, "used", "idempotency_key_conflict"
     )
-    assert create_outcome(202, {}, b"garbage") == Unavailable("create answer without a run_id")
+    assert create_outcome(429, {}, envelope("Too many", "rate_limit_exceeded")).message == "Too many"
+    assert create_outcome(403, {}, envelope("needs a key", None)).message == "needs a key"  # type: ignore[union-attr]
+    assert create_outcome(429, {}, b"").message == "Hermes is at capacity (HTTP 429)."  # type: ignore[union-attr]
+    assert create_outcome(202, {}, b"garbage") == Unavailable("Hermes accepted the run without a run_id.")
 
 
 def test_retry_after_accepts_seconds_only() -> None:

@@ -36,8 +36,8 @@ def test_created_is_job_queued() -> None:
     assert payload(JOB_ID, event) == {"event": "job.queued", "run_id": JOB_ID, "timestamp": TS}
 
 
-def test_held_carries_reason_retry_time_and_attempt() -> None:
-    event = JobHeld(job_id=JOB_ID, at_ms=AT, reason=HoldReason.BUSY, retry_at_ms=AT + 2500, attempt=2)
+def test_held_carries_reason_retry_time_attempt_and_detail() -> None:
+    event = JobHeld(job_id=JOB_ID, at_ms=AT, reason=HoldReason.BUSY, retry_at_ms=AT + 2500, attempt=2, detail="Full.")
     assert payload(JOB_ID, event) == {
         "event": "job.held",
         "run_id": JOB_ID,
@@ -45,6 +45,7 @@ def test_held_carries_reason_retry_time_and_attempt() -> None:
         "reason": "busy",
         "retry_at": 1_796_005_753.362,
         "attempt": 2,
+        "detail": "Full.",
     }
 
 

@@ -1,0 +1,71 @@
+"""The admission line's state as the replicas share it, and what it means for a waiting job. Pure; no IO.
+
+The Redis side (the line, the slots, the learnt limit, the refusal) is in `broker/store/admission.py`
+and its scripts; this module only reads the figures they keep.
+"""
+
+from __future__ import annotations
+
+from attrs import frozen
+
+from broker.events import HoldReason
+from projections.job import Hold, JobView
+
+#: Where a learnt limit starts (slow start): small, so a first burst of a backlog never floods Hermes.
+INITIAL_LIMIT = 2
+#: How long the limit stays unchanged, without a 429, before it grows by one past the known capacity.
+QUIET_MS = 3_000
+
+
+@frozen(kw_only=True)
+class LineState:
+    """The shared admission figures at one moment (SPEC S3.8 `/readyz`, S4.1)."""
+
+    limit: int  #: most live runs of the broker's on Hermes
+    learnt: bool  #: False: pinned by HERMES_MAX_CONCURRENT
+    live: int  #: runs (and creates in flight) holding an admission slot
+    waiting: int  #: jobs in the line
+    oldest_wait_ms: int | None  #: how long the line's head has waited
+    refusing: HoldReason | None = None  #: Hermes refuses creates (the last refusal's reason)
+    detail: str = ""  #: the last refusal's words
+    since_ms: int = 0  #: when the refusal began
+    retry_at_ms: int = 0  #: when the next probe may go
+    probes: int = 0  #: probes sent while Hermes refused (a counter)
+    refused: int = 0  #: creates Hermes refused (a counter)
+
+    @property
+    def full(self) -> bool:
+        return self.live >= self.limit
+
+
+def capacity_detail(limit: int) -> str:
+    return f"Hermes is at capacity ({limit} live runs)."
+
+
+def shown_hold(view: JobView, line: LineState, now_ms: int) -> Hold | None:
+    """The `hold` a waiting job shows (SPEC S3.2): the line's refusal or its full limit, with the job's own `since`.
+
+    A job in the line writes nothing while it waits; what it shows is derived from the line, so a
+    thousand held jobs cost no write per backoff period.
+    """
+    if view.status.terminal or view.accepted_attempt == view.attempt:
+        return None
+    since = view.hold.since_ms if view.hold is not None else view.updated_at_ms
+    if line.refusing is not None:
+        return Hold(line.refusing, since, max(line.retry_at_ms, since), line.detail or None)
+    if line.full:
+        return Hold(HoldReason.BUSY, since, max(now_ms, since), capacity_detail(line.limit))
+    return None
+
+
+def oldest_wait_ms(place: str | None, now_ms: int) -> int | None:
+    """How long the job at `place` (its score in the line) has waited.
+
+    First attempts are placed at `created ms * 1000 + seq`; resubmits at their created ms, which
+    sorts them ahead of every first attempt (SPEC S4.1: a resubmit goes to the front).
+    """
+    if place is None:
+        return None
+    value = int(float(place))
+    created_ms = value // 1000 if value >= 10**14 else value
+    return max(0, now_ms - created_ms)
