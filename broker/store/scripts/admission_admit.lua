@@ -1,7 +1,7 @@
 -- Grant admission slots to the head of the line (SPEC S4.1): at most `limit` of the broker's runs
 -- live on Hermes across replicas; while Hermes refuses, one probe at a time, not before retry_at.
--- KEYS[1] admission state hash   KEYS[2] line zset   KEYS[3] live zset   KEYS[4] slots hash
---   (all tagged {adm}: one slot)
+-- KEYS[1] admission state hash   KEYS[2] line zset   KEYS[3] live zset (slot -> expiry)
+-- KEYS[4] slots hash (job -> place, while its create is in flight)   (all tagged {adm}: one slot)
 -- ARGV[1] now (epoch ms)   ARGV[2] most slots the caller can use   ARGV[3] slot ttl ms (RUNS_LEASE)
 -- ARGV[4] pinned limit (0 = learnt)   ARGV[5] a learnt limit's start
 -- Returns {wake_at, job1, job2, ...}: the granted jobs, oldest first; wake_at (0 = none) is when the
@@ -12,7 +12,7 @@ for _, job in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)) do
   redis.call('ZREM', KEYS[3], job)
   redis.call('HDEL', KEYS[4], job)
 end
-local s = redis.call('HMGET', KEYS[1], 'limit', 'refusing', 'retry_at', 'probe_until')
+local s = redis.call('HMGET', KEYS[1], 'limit', 'refusing', 'retry_at')
 local limit = tonumber(ARGV[4])
 if limit == 0 then
   limit = tonumber(s[1] or ARGV[5])
@@ -22,8 +22,8 @@ local reply, probe = {0}, false
 if s[2] and s[2] ~= '' then
   if now < tonumber(s[3] or '0') then
     n, reply[1] = 0, tonumber(s[3])
-  elseif now < tonumber(s[4] or '0') then
-    n = 0 -- the probe is in flight
+  elseif redis.call('HLEN', KEYS[4]) > 0 then
+    n = 0 -- a create is in flight (the probe, or one sent before the refusal): its answer comes first
   else
     n, probe = math.min(n, 1), true
   end
@@ -38,7 +38,7 @@ for i = 1, #popped, 2 do
   reply[#reply + 1] = popped[i]
 end
 if probe and #reply > 1 then
-  redis.call('HSET', KEYS[1], 'probe', reply[2], 'probe_until', now + ttl)
+  redis.call('HSET', KEYS[1], 'probe', reply[2])
   redis.call('HINCRBY', KEYS[1], 'probes', 1)
 end
 return reply

@@ -8,6 +8,6 @@ redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
 redis.call('ZADD', KEYS[2], place, ARGV[1])
 if redis.call('HGET', KEYS[1], 'probe') == ARGV[1] then
-  redis.call('HSET', KEYS[1], 'probe', '', 'probe_until', 0)
+  redis.call('HSET', KEYS[1], 'probe', '')
 end
 return 1
