@@ -23,7 +23,7 @@ from broker.store.listing import Listing
 from broker.store.stats import board_outbox_lag
 from projections.feed import shown
 
-HELD_SCAN = 1000  #: queued jobs looked at for the held-by-reason counts
+HELD_SCAN = 400  #: queued jobs (newest change first) looked at for the held-by-reason counts
 TIMELINE_LIMIT = 5000  #: events rendered into the page; the live stream carries on after the last one
 SUMMARY_FIELDS = ("tool", "preview", "delta", "reason", "detail", "command", "choice", "error", "output")
 SUMMARY_CHARS = 200
@@ -81,7 +81,7 @@ async def overview(app: web.Application, query: Mapping[str, str]) -> dict[str, 
     return {
         "report": report,
         "admission": admission if isinstance(admission, dict) else None,
-        "held": await _held_by_reason(app),
+        **await _held_by_reason(app),
         "board_lag": await board_outbox_lag(app[appkeys.redis_key]) if app[appkeys.config_key].board_enabled else None,
         "rows": [Row(job_object(view)) for view in page.jobs],
         "status": ",".join(status.value for status in parsed.statuses),
@@ -91,18 +91,17 @@ async def overview(app: web.Application, query: Mapping[str, str]) -> dict[str, 
     }
 
 
-async def _held_by_reason(app: web.Application) -> dict[str, int]:
+async def _held_by_reason(app: web.Application) -> dict[str, Any]:
+    """`held`: reason -> count over the queued jobs; `held_scanned`: how many were looked at when not all."""
     listing = Listing(app[appkeys.redis_key], retention_ms=app[appkeys.config_key].runs_retention_ms)
     counts: collections.Counter[str] = collections.Counter()
-    after, looked = None, 0
-    while looked < HELD_SCAN:
+    after, looked, more = None, 0, True
+    while more and looked < HELD_SCAN:
         page = await listing.page([JobStatus.QUEUED], 200, after, app[appkeys.clock_key].now_ms())
         counts.update(view.hold.reason.value for view in page.jobs if view.hold is not None)
         looked += len(page.jobs)
-        if page.next is None:
-            break
-        after = page.next
-    return dict(sorted(counts.items()))
+        after, more = page.next, page.next is not None
+    return {"held": dict(sorted(counts.items())), "held_scanned": looked if more else None}
 
 
 async def job_page(app: web.Application, snapshot: Snapshot) -> dict[str, Any]:

@@ -111,6 +111,7 @@ def test_the_admission_state_renders_as_a_table_when_present() -> None:
             report={"status": "ready", "queue_depth": 4, "hermes_answered": True},
             admission=admission,
             held={"busy": 2},
+            held_scanned=400,
             board_lag=7,
             rows=[],
             status="",
@@ -121,4 +122,4 @@ def test_the_admission_state_renders_as_a_table_when_present() -> None:
     )
     assert "<th>live</th><td>3</td>" in html and "<th>limit</th><td>10</td>" in html
     assert "<th>refusing</th><td>false</td>" in html and "&lt;x&gt;" in html
-    assert "busy: 2" in html and ">7<" in html
+    assert "busy: 2 (among the 400 most recently changed queued jobs)" in html and ">7<" in html
