@@ -98,7 +98,8 @@ async def _held_by_reason(app: web.Application) -> dict[str, Any]:
     after, looked, more = None, 0, True
     while more and looked < HELD_SCAN:
         page = await listing.page([JobStatus.QUEUED], 200, after, app[appkeys.clock_key].now_ms())
-        counts.update(view.hold.reason.value for view in page.jobs if view.hold is not None)
+        shown = await app[appkeys.service_key].with_line_holds(page.jobs)  # the line's hold, as GET shows it
+        counts.update(view.hold.reason.value for view in shown if view.hold is not None)
         looked += len(page.jobs)
         after, more = page.next, page.next is not None
     return {"held": dict(sorted(counts.items())), "held_scanned": looked if more else None}
@@ -111,7 +112,7 @@ async def job_page(app: web.Application, snapshot: Snapshot) -> dict[str, Any]:
         {"id": entry_id, "event": str(doc.get("event", "")), "at": when(doc.get("timestamp")), "summary": summary(doc)}
         for entry_id, doc, _ in shown(job_id, entries)
     ]
-    job = job_object(snapshot.view)
+    job = job_object(await app[appkeys.service_key].with_line_hold(snapshot.view))
     return {
         "job": job,
         "fields": [(name, value) for name, value in job.items() if name != "object"],

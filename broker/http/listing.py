@@ -8,7 +8,7 @@ import re
 from collections.abc import Mapping
 
 from aiohttp import web
-from attrs import frozen
+from attrs import evolve, frozen
 
 from broker.errors import InvalidRequest
 from broker.events import JobStatus
@@ -71,7 +71,8 @@ def decode_cursor(raw: str | None) -> Position | None:
 async def list_page(app: web.Application, query: Query) -> Page:
     """One page of the listing (also what the console shows)."""
     listing = Listing(app[appkeys.redis_key], retention_ms=app[appkeys.config_key].runs_retention_ms)
-    return await listing.page(query.statuses, query.limit, query.after, app[appkeys.clock_key].now_ms())
+    page = await listing.page(query.statuses, query.limit, query.after, app[appkeys.clock_key].now_ms())
+    return evolve(page, jobs=await app[appkeys.service_key].with_line_holds(page.jobs))  # as GET shows them
 
 
 async def list_runs(request: web.Request) -> web.Response:
