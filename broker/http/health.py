@@ -9,18 +9,19 @@ from aiohttp import web
 from redis.exceptions import RedisError
 
 from broker.http.appkeys import admission_key, clock_key, draining_key, hermes_key, metrics_key, redis_key
+from broker.http.render import json_response
 from broker.store import work
 
 READY_TIMEOUT_S = 2.0
 
 
 async def healthz(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
+    return json_response({"status": "ok"})
 
 
 async def readyz(request: web.Request) -> web.Response:
     report = await ready_report(request.app)
-    return web.json_response(report, status=200 if report["status"] == "ready" else 503)
+    return json_response(report, status=200 if report["status"] == "ready" else 503)
 
 
 async def ready_report(app: web.Application) -> dict[str, object]:

@@ -13,7 +13,7 @@ from attrs import evolve, frozen
 from broker.errors import InvalidRequest
 from broker.events import JobStatus
 from broker.http import appkeys
-from broker.http.render import job_object
+from broker.http.render import job_object, json_response
 from broker.store.listing import Listing, Page, Position
 
 DEFAULT_LIMIT = 50
@@ -77,7 +77,7 @@ async def list_page(app: web.Application, query: Query) -> Page:
 
 async def list_runs(request: web.Request) -> web.Response:
     page = await list_page(request.app, Query.parse(request.query))
-    return web.json_response(
+    return json_response(
         {
             "object": "list",
             "data": [job_object(view) for view in page.jobs],
