@@ -35,7 +35,7 @@ from benchlib.figures import Row, as_json, markdown  # noqa: E402
 from benchlib.load import have_wrk  # noqa: E402
 from benchlib.procs import Services, Stack  # noqa: E402
 from benchlib.run import Plan  # noqa: E402
-from benchlib.scenarios import admission, create, e2e, fanout, idle, memory, relay  # noqa: E402
+from benchlib.scenarios import admission, create, e2e, fanout, memory, relay  # noqa: E402
 
 Scenario = Callable[[Services, Plan], Awaitable[list[Row]]]
 SCENARIOS: dict[str, Scenario] = {
@@ -43,8 +43,8 @@ SCENARIOS: dict[str, Scenario] = {
     "e2e": e2e.run,
     "relay": relay.run,
     "fanout": fanout.run,
-    "idle": idle.run,
-    "memory": memory.run,
+    "idle": memory.run_idle,
+    "memory": memory.run_memory,
     "admission": admission.run,
 }
 

@@ -64,6 +64,17 @@ class Proc:
                 self.popen.kill()
                 self.popen.wait(timeout=5)
 
+    async def output(self, timeout_s: float) -> str:
+        """The last line the process printed, once it exited 0 (within the timeout)."""
+        deadline = time.monotonic() + timeout_s
+        while self.alive():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name} still running after {timeout_s:g} s: see {self.log}")
+            await asyncio.sleep(0.05)
+        if self.popen.returncode != 0:
+            raise RuntimeError(f"{self.name} exited {self.popen.returncode}: see {self.log}")
+        return self.log.read_text().strip().splitlines()[-1]
+
     def rss_mb(self) -> float:
         """Resident set size from /proc/<pid>/status."""
         for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():

@@ -37,8 +37,8 @@ class Plan:
 
     @classmethod
     def full(cls) -> Plan:
-        return cls(quick=False, rounds=5, warmup_s=1, load_s=3, e2e_jobs=2000, relay_runs=64, relay_deltas=1000,
-                   fanout_subscribers=1000, fanout_events=40, fanout_seconds=6, idle_clients=10_000,
+        return cls(quick=False, rounds=5, warmup_s=1, load_s=3, e2e_jobs=2000, relay_runs=64, relay_deltas=3000,
+                   fanout_subscribers=1000, fanout_events=40, fanout_seconds=4, idle_clients=10_000,
                    memory_jobs=1000, memory_rounds=3, admission_jobs=100, admission_rounds=3, refusal_jobs=1000,
                    refusal_s=60)  # fmt: skip
 
