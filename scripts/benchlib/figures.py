@@ -69,17 +69,21 @@ def cell(samples: list[float]) -> str:
     return f"{middle} ({number(min(samples))}-{number(max(samples))}, n={len(samples)})"
 
 
+def escape(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
 def markdown(rows: list[Row]) -> str:
     lines = ["| scenario | unit | broker: median (min-max, rounds) | baseline / target | broker / baseline |",
              "| --- | --- | --- | --- | --- |"]  # fmt: skip
     for row in rows:
         if row.error:
-            lines.append(f"| {row.name} | {row.unit} | ERROR: {row.error} | | |")
+            lines.append(f"| {escape(row.name)} | {row.unit} | ERROR: {escape(row.error)} | | |")
             continue
         reference = cell(row.baseline) if row.baseline else (row.target or "-")
         ratio = row.ratio()
         shown = "-" if ratio is None else f"{ratio:.2f}x"
-        name = f"{row.name} ({row.note})" if row.note else row.name
+        name = escape(f"{row.name} ({row.note})" if row.note else row.name)
         lines.append(f"| {name} | {row.unit} | {cell(row.broker)} | {reference} | {shown} |")
     return "\n".join(lines)
 

@@ -14,9 +14,6 @@ import itertools
 import time
 
 import aiohttp
-from arq import create_pool
-from arq.connections import RedisSettings
-from arq.jobs import Job
 
 from benchlib.figures import Row
 from benchlib.load import create_body, gather_limited, post_json
@@ -54,6 +51,10 @@ async def broker_round(services: Services, replicas: int, jobs: int) -> tuple[fl
 
 async def arq_round(services: Services, jobs: int) -> tuple[float, float]:
     """(jobs/s, Redis commands per job) of the arq worker."""
+    from arq import create_pool  # the `bench` extra: without it only this row fails
+    from arq.connections import RedisSettings
+    from arq.jobs import Job
+
     await services.reset(step_s=STEP_S)
     async with services.baseline("arq_worker.py"):
         pool = await create_pool(RedisSettings.from_dsn(services.redis_url))

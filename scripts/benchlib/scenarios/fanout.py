@@ -1,4 +1,4 @@
-"""Row 4: SSE fan-out. One run streams E deltas over S seconds (after a lead of LEAD_S, the simulator's
+"""Row 4: SSE fan-out. One run streams E deltas over S seconds (after a lead: the simulator's
 `step_s`, while the subscribers attach); N SSE subscribers follow it on one replica. Lag = receive time minus
 the delta's own `timestamp` (the simulator's clock, same machine), over deltas emitted after every subscriber
 had its first frame; p99 over all (subscriber, delta) pairs.
@@ -21,7 +21,6 @@ from benchlib.load import create_body, post_json
 from benchlib.procs import Services
 from benchlib.run import Plan
 
-LEAD_S = 2.0
 STREAM = "fan:0"
 
 
@@ -49,7 +48,7 @@ async def sse_subscriber(session: aiohttp.ClientSession, url: str, attached: asy
 
 
 async def broker_round(services: Services, plan: Plan) -> list[float]:
-    await services.reset(step_s=LEAD_S)
+    await services.reset(step_s=plan.fanout_lead_s)
     lags: list[float] = []
     async with services.brokers(1) as (broker,):
         connector = aiohttp.TCPConnector(limit=0)
@@ -60,7 +59,7 @@ async def broker_round(services: Services, plan: Plan) -> list[float]:
             subscribers = [asyncio.create_task(sse_subscriber(session, url, attached, lags, counter,
                                                               plan.fanout_subscribers, since))
                            for _ in range(plan.fanout_subscribers)]  # fmt: skip
-            await asyncio.wait_for(asyncio.gather(*subscribers), timeout=LEAD_S + plan.fanout_seconds + 60)
+            await asyncio.wait_for(asyncio.gather(*subscribers), timeout=plan.fanout_lead_s + plan.fanout_seconds + 60)
     return lags
 
 
@@ -89,7 +88,7 @@ async def xread_reader(url: str, ready: list[int], lags: list[float], since: lis
 
 
 async def baseline_round(services: Services, plan: Plan) -> list[float]:
-    await services.reset(step_s=LEAD_S)
+    await services.reset(step_s=plan.fanout_lead_s)
     lags: list[float] = []
     ready, since = [0], [0.0]
     readers = [asyncio.create_task(xread_reader(services.redis_url, ready, lags, since, plan.fanout_subscribers))
@@ -98,7 +97,7 @@ async def baseline_round(services: Services, plan: Plan) -> list[float]:
         await asyncio.sleep(0.05)
     env = {"BENCH_RUNS": "1", "BENCH_INPUT": script(plan), "BENCH_PREFIX": "fan:"}
     async with services.baseline("relay.py", env) as proc:
-        await proc.output(timeout_s=LEAD_S + plan.fanout_seconds + 60)
+        await proc.output(timeout_s=plan.fanout_lead_s + plan.fanout_seconds + 60)
         await asyncio.wait_for(asyncio.gather(*readers), timeout=30)
     return lags
 
