@@ -26,7 +26,8 @@ class Row:
         reference = statistics.median(self.baseline) if self.baseline else self.ideal
         if not self.broker or reference is None or reference == 0:
             return None
-        return statistics.median(self.broker) / reference
+        ratio = statistics.median(self.broker) / reference
+        return None if math.isnan(ratio) else ratio
 
     def as_json(self) -> dict[str, Any]:
         return {"name": self.name, "unit": self.unit, "broker": summary(self.broker),

@@ -45,8 +45,8 @@ class Plan:
             relay_runs=64, relay_deltas=3000,
             fanout_subscribers=1000, fanout_events=40, fanout_seconds=3, fanout_lead_s=1.5,
             idle_clients=10_000,
-            memory_jobs=1000, memory_rounds=3,
-            admission_jobs=100, admission_rounds=2, refusal_jobs=1000, refusal_s=60, drain_timeout_s=90,
+            memory_jobs=1000, memory_rounds=2,
+            admission_jobs=100, admission_rounds=2, refusal_jobs=1000, refusal_s=60, drain_timeout_s=75,
         )  # fmt: skip
 
     @classmethod

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import cast
 
 import aiohttp
 import orjson
@@ -72,12 +73,13 @@ async def xread_reader(url: str, ready: list[int], lags: list[float], since: lis
             since[0] = time.time()
         last = "0-0"
         while True:
-            reply = await redis.xread({STREAM: last}, block=30_000, count=100)
+            reply = cast(list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]],
+                         await redis.xread({STREAM: last}, block=30_000, count=100))  # fmt: skip
             now = time.time()
             if not reply:
                 raise RuntimeError("an XREAD reader saw no event for 30 s")
             for entry_id, fields in reply[0][1]:
-                last = entry_id
+                last = entry_id.decode()
                 event = orjson.loads(fields[b"e"])
                 if event.get("event") == "message.delta" and since[0] and event["timestamp"] > since[0]:
                     lags.append((now - event["timestamp"]) * 1000)

@@ -34,7 +34,7 @@ async def broker_round(services: Services, plan: Plan) -> float:
         pipe = services.r.pipeline(transaction=False)
         for job_id in ids:
             pipe.xlen(keys.events(job_id))
-        events = sum(await pipe.execute())
+        events = int(sum(await pipe.execute()))
     expected = plan.relay_runs * plan.relay_deltas
     if events < expected:
         raise RuntimeError(f"the broker stored {events} events of at least {expected}")
