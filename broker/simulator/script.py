@@ -109,8 +109,8 @@ async def _reply(run: SimRun, script: Script, settings: Settings) -> None:
     pause = script.sleep_s / len(parts) if script.sleep_s else (settings.step_s if script.deltas <= 0 else 0.0)
     after_tool = script.tools > 0 or script.approval
     for index, part in enumerate(parts):
-        if pause > 0 or index % UNPACED_BATCH == 0:
-            await asyncio.sleep(pause)  # unpaced: yield now and then, so other runs stream too
+        if pause > 0 or script.deltas <= 0 or index % UNPACED_BATCH == 0:
+            await asyncio.sleep(pause)  # an unpaced `deltas:N` only yields now and then, so other runs stream too
         run.emit("message.delta", delta=("\n\n" if after_tool and index == 0 else "") + part)
     text = "".join(parts)
     run.emit("reasoning.available", text=text)
