@@ -205,7 +205,7 @@ class Services:
 
     @contextlib.asynccontextmanager
     async def brokers(self, count: int, extra: dict[str, str] | None = None) -> AsyncIterator[list[Proc]]:
-        """`count` broker replicas, ready (GET /readyz 200) before the body runs, stopped after it."""
+        """`count` broker replicas, serving (GET /healthz 200: Redis is connected by then) before the body runs."""
         procs: list[Proc] = []
         try:
             for _ in range(count):
@@ -215,7 +215,7 @@ class Services:
                 proc.url = f"http://127.0.0.1:{port}"
                 procs.append(proc)
             for proc in procs:
-                await wait_http(f"{proc.url}/readyz", 30, "broker", proc)
+                await wait_http(f"{proc.url}/healthz", 30, "broker", proc)
             yield procs
         finally:
             for proc in procs:
