@@ -1,4 +1,4 @@
-"""HTTP load: the create body, `wrk` with a Lua script when installed, else an aiohttp client; SSE reading."""
+"""HTTP load: the create body, `wrk` with a Lua script when installed, else an aiohttp client."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import itertools
 import re
 import shutil
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -145,16 +145,6 @@ async def post_json(session: aiohttp.ClientSession, url: str, body: bytes, key: 
         if answer.status >= 300:
             raise RuntimeError(f"POST {url} answered {answer.status}: {payload}")
         return payload
-
-
-async def sse_events(session: aiohttp.ClientSession, url: str) -> AsyncIterator[dict[str, object]]:
-    """The `data:` payloads of an SSE stream, until the server closes it."""
-    async with session.get(url, timeout=aiohttp.ClientTimeout(total=None, sock_read=None)) as answer:
-        if answer.status != 200:
-            raise RuntimeError(f"GET {url} answered {answer.status}")
-        async for line in answer.content:
-            if line.startswith(b"data:"):
-                yield orjson.loads(line[5:])
 
 
 async def gather_limited(limit: int, items: Sequence[T], call: Callable[[T], Awaitable[R]]) -> list[R]:
