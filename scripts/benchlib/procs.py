@@ -225,10 +225,10 @@ class Services:
 
     @contextlib.asynccontextmanager
     async def baseline(self, script: str, env: dict[str, str] | None = None, health: str | None = None,
-                       ) -> AsyncIterator[Proc]:  # fmt: skip
+                       python: str = sys.executable) -> AsyncIterator[Proc]:  # fmt: skip
         """A baseline from scripts/bench_baselines/ in its own process (BENCH_REDIS_URL, BENCH_HERMES_URL set)."""
         base_env = {"BENCH_REDIS_URL": self.redis_url, "BENCH_HERMES_URL": self.sim_url, **(env or {})}
-        proc = self.stack.spawn(script, [sys.executable, str(BASELINES / script)], base_env)
+        proc = self.stack.spawn(script, [python, str(BASELINES / script)], base_env)
         try:
             if health is not None:
                 await wait_http(health, 20, script, proc)

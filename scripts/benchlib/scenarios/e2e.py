@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+import os
 import time
 
 import aiohttp
 
+from benchlib.arqenv import arq_python
 from benchlib.figures import Row
 from benchlib.load import create_body, gather_limited, post_json
-from benchlib.procs import Services
+from benchlib.procs import BASELINES, Services
 from benchlib.run import Plan, redis_calls, settled_jobs, sim_settled
 from broker.store import keys
 
@@ -50,34 +53,20 @@ async def broker_round(services: Services, replicas: int, jobs: int) -> tuple[fl
 
 
 async def arq_round(services: Services, jobs: int) -> tuple[float, float]:
-    """(jobs/s, Redis commands per job) of the arq worker."""
-    from arq import create_pool  # the `bench` extra: without it only this row fails
-    from arq.connections import RedisSettings
-    from arq.jobs import Job
-
+    """(jobs/s, Redis commands per job) of the arq worker; arq runs in its own virtualenv (benchlib.arqenv)."""
+    python = arq_python()
     await services.reset(step_s=STEP_S)
-    async with services.baseline("arq_worker.py"):
-        pool = await create_pool(RedisSettings.from_dsn(services.redis_url))
-        try:
-            body = {"input": "bench end to end", "instructions": "You review staging promotions."}
-            warm = await pool.enqueue_job("run_job", body)
-            assert warm is not None
-            await warm.result(timeout=30, poll_delay=0.05)  # the worker is up
-            await services.r.config_resetstat()
-            started = time.time()
-
-            async def enqueue(_: int) -> Job:
-                job = await pool.enqueue_job("run_job", body)
-                assert job is not None
-                return job
-
-            queued = await gather_limited(CREATORS, list(range(jobs)), enqueue)
-            results = [await job.result(timeout=60 + jobs / 5, poll_delay=0.1) for job in queued]
-            calls = redis_calls(await services.r.info("commandstats"))
-        finally:
-            await pool.aclose()
-    end = max(float(result["finished"]) for result in results)
-    return jobs / (end - started), calls / jobs
+    async with services.baseline("arq_worker.py", python=python):
+        enqueuer = await asyncio.create_subprocess_exec(
+            python, str(BASELINES / "arq_enqueue.py"), str(jobs), str(CREATORS),
+            env={**os.environ, "BENCH_REDIS_URL": services.redis_url}, stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, _ = await enqueuer.communicate()
+    if enqueuer.returncode != 0:
+        raise RuntimeError(f"the arq enqueuer failed ({enqueuer.returncode})")
+    report = json.loads(out.decode().strip().splitlines()[-1])
+    end = max(float(result["finished"]) for result in report["results"])
+    return jobs / (end - float(report["started"])), redis_calls(report["commandstats"]) / jobs
 
 
 async def run(services: Services, plan: Plan) -> list[Row]:
