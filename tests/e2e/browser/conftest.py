@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,7 +17,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from tests.conftest import RedisServer
-from tests.e2e.conftest import BrokerFactory, BrokerProcess, SimulatorProcess
+from tests.e2e.conftest import BrokerFactory, BrokerProcess, SimulatorProcess, until
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -92,11 +91,4 @@ def requested_urls(driver: WebDriver) -> list[str]:
 
 
 def eventually(probe: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(0.05)
-    raise AssertionError(f"{what} not met within {timeout}s; last: {last!r}")
+    return until(probe, timeout, what)
