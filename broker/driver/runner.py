@@ -13,6 +13,7 @@ from enum import StrEnum
 
 from attrs import define
 
+from broker.admission.state import line_place
 from broker.clock import Clock
 from broker.driver import decide
 from broker.driver.decide import Append, Done, Follow, Policy, Queue, StopRun, Submit
@@ -118,7 +119,7 @@ class Runner:
         refused = decide.refusal_of(outcome)
         retry_at = now
         if refused is not None:  # back to its place in the line first, so no replica waits on a lost slot
-            place = decide.line_place(view)
+            place = line_place(view)
             retry_at = (
                 await deps.gate.refused(self.job_id, refused, now, jitter=deps.jitter(), place=place)
             ).retry_at_ms

@@ -9,6 +9,7 @@ import orjson
 from attrs import frozen
 from redis.asyncio import Redis
 
+from broker.admission.state import line_place
 from broker.codec import decode, decode_board, decode_view, encode, encode_board, encode_view
 from broker.errors import JobNotFound, LeaseLost, StreamConflict
 from broker.events import JobCreated, JobEvent, JobStatus
@@ -121,7 +122,7 @@ class JobStore:
         if due_at is not None:
             write["due"] = str(due_at)
         if expected == "$new":
-            write["line"] = "enter"
+            write["line"], write["place"] = "enter", line_place(view)
         elif view.status.terminal:
             write["line"] = "leave"
         state, report = b"", b""

@@ -11,8 +11,9 @@
 --   retention  ms every job key lives after this write
 --   ring       present: ring the work stream with this doorbell field ('line': run the admission line)
 --   due        present: the job's next wake-up in the due schedule (epoch ms)
---   line       'enter': the job joins the admission line, placed by its first event's id (arrival order);
+--   line       'enter': the job joins the admission line at `place` (arrival order);
 --              'leave': it leaves the line (it is terminal)
+--   place      with 'enter': its score in the line
 --   board      present: a new board version {at, change ('1' = state change), expire (epoch ms),
 --              refresh (ms), now (epoch ms)}
 --   index      present: the listing entry {score (the view's updated_at ms), key (the index of its status,
@@ -41,9 +42,7 @@ for i = 5, #ARGV do
   reply[#reply + 1] = last
 end
 if w.line == 'enter' then
-  -- place = ms * 1000 + seq of the job's first event, built as a string so no digit is lost
-  local ms, seq = string.match(reply[2], '^(%d+)-(%d+)$')
-  redis.call('ZADD', KEYS[10], ms .. string.format('%03d', math.min(tonumber(seq), 999)), w.job)
+  redis.call('ZADD', KEYS[10], w.place, w.job)
 elseif w.line == 'leave' then
   redis.call('ZREM', KEYS[10], w.job)
 end

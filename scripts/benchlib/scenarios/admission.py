@@ -94,7 +94,7 @@ async def learnt_round(services: Services, plan: Plan) -> tuple[float, int]:
         await asyncio.sleep(4)
         await services.sim_settings(max_concurrent=raised_cap)
         raised, most = time.monotonic(), 0
-        while time.monotonic() - raised < 30:
+        while time.monotonic() - raised < 60:  # the issue: found within a minute
             live = int(str((await services.sim_stats(session))["live"]))
             most = max(most, live)
             if live >= raised_cap:
