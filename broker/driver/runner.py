@@ -97,6 +97,9 @@ class Runner:
             )
             match action:
                 case Done():
+                    if self.has_slot:  # at once, before the stream closes: the next job in line goes now
+                        await self._deps.gate.release(self.job_id, freed=self.ran)
+                        self.has_slot = False
                     return Ending.FINISHED
                 case Append(events=events):
                     snapshot = await self._append_decided(snapshot, list(events))

@@ -7,7 +7,8 @@
   Hermes creates per second during the refusal (ideal: one probe at a time, paced by the backoff), the
   replicas' CPU (utime+stime of both) over it; then how many jobs end within the drain deadline, when the last
   did, and in which order (finish vs arrival rank).
-- learnt limit (full mode): the cap goes from 10 to 20 mid-run; seconds until the broker's live runs reach 20.
+- learnt limit (full mode): the cap goes from 10 to 20 mid-run; seconds until the broker's learnt limit is 20
+  (its /readyz) and until 20 of its runs are live on Hermes at once.
 """
 
 from __future__ import annotations
@@ -85,22 +86,29 @@ async def refusal_round(services: Services, plan: Plan) -> dict[str, float]:
             "distance": rank_distance(jobs)}  # fmt: skip
 
 
-async def learnt_round(services: Services, plan: Plan) -> tuple[float, int]:
-    """(seconds from the cap's raise until 20 broker runs were live, or NaN; most live runs seen)."""
+async def learnt_round(services: Services, plan: Plan) -> tuple[float, float, int]:
+    """(s from the cap's raise until the broker's learnt limit reached 20, until 20 of its runs were live on
+    Hermes (NaN: not within a minute), most live runs seen on Hermes)."""
     await services.reset(max_concurrent=CAP)
     raised_cap = 2 * CAP
     async with services.brokers(1) as procs, aiohttp.ClientSession() as session:
-        await create_all(session, procs, 300, "bench learnt sleep:1")
+        await create_all(session, procs, 600, "bench learnt sleep:1")
         await asyncio.sleep(4)
         await services.sim_settings(max_concurrent=raised_cap)
         raised, most = time.monotonic(), 0
-        while time.monotonic() - raised < 60:  # the issue: found within a minute
+        found = full = float("nan")
+        while time.monotonic() - raised < 60 and math.isnan(full):  # the issue: found within a minute
             live = int(str((await services.sim_stats(session))["live"]))
             most = max(most, live)
             if live >= raised_cap:
-                return time.monotonic() - raised, most
-            await asyncio.sleep(0.1)
-    return float("nan"), most
+                full = time.monotonic() - raised
+            if math.isnan(found):
+                async with session.get(f"{procs[0].url}/readyz") as answer:
+                    limit = int((await answer.json())["admission"]["limit"])
+                if limit >= raised_cap:
+                    found = time.monotonic() - raised
+            await asyncio.sleep(0.05)
+    return found, full, most
 
 
 async def run(services: Services, plan: Plan) -> list[Row]:
@@ -146,7 +154,10 @@ async def refusal_rows(services: Services, plan: Plan) -> list[Row]:
         ),
         Row(name, "max rank distance, finish vs arrival", [figures["distance"]], target=f"ideal <= {CAP}", ideal=CAP),
     ]
-    reached, most = await learnt_round(services, plan)
-    learnt = Row(f"learnt limit, cap {CAP} -> {2 * CAP} mid-run, 1 replica", f"s until {2 * CAP} live",
-                 [reached], target="ideal: soon", note=f"most live seen {most}")  # fmt: skip
-    return [*rows, learnt]
+    found, full, most = await learnt_round(services, plan)
+    name = f"learnt limit, cap {CAP} -> {2 * CAP} mid-run, 1 replica"
+    return [
+        *rows,
+        Row(name, f"s until the limit is {2 * CAP}", [found], target="within 60 s"),
+        Row(name, f"s until {2 * CAP} runs live on Hermes", [full], target="within 60 s", note=f"most seen {most}"),
+    ]
