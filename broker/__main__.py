@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -38,7 +39,8 @@ def main() -> int:
                 print(f"Invalid configuration: {error.message}", file=sys.stderr)
                 return 2
         try:
-            asyncio.run(serve(config, redis_url))
+            with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+                runner.run(serve(config, redis_url))
         except CannotListen as error:
             print(error.message, file=sys.stderr)
             return 1  # leaving the `with` stops the embedded Redis
@@ -46,6 +48,15 @@ def main() -> int:
             print(error.message, file=sys.stderr)
             return 2
     return 0
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's event loop when it is installed (it is a dependency on Linux), else asyncio's own."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
 
 
 async def serve(config: Config, redis_url: str) -> None:

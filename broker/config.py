@@ -53,6 +53,7 @@ class Config:
     hermes_ttl_ms: int = 86_400_000
     log_level: str = "info"
     log_format: str = "json"
+    console_enabled: bool = True
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Config:
@@ -176,4 +177,5 @@ _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "HERMES_TTL": ("hermes_ttl_ms", _integer(1)),
     "LOG_LEVEL": ("log_level", _choice(LOG_LEVELS)),
     "LOG_FORMAT": ("log_format", _choice(LOG_FORMATS)),
+    "CONSOLE_ENABLED": ("console_enabled", _boolean),
 }

@@ -29,6 +29,14 @@ class InvalidRequest(BrokerError):
         self.code = code
 
 
+class CrossSiteRequest(BrokerError):
+    """Raised when a browser marks a state-changing request as sent by another site (SPEC S8)."""
+
+    status = 403
+    type = "invalid_request_error"
+    code = "cross_site_request"
+
+
 class JobNotFound(BrokerError):
     """Raised when a run id names no job (unknown or expired)."""
 

@@ -1,185 +1,110 @@
-"""Benchmarks, each printed side by side with a baseline measured in the same run.
+"""The project's benchmark: the broker beside a baseline measured in the same run, row by row.
 
-    python scripts/bench.py [--requests 2000] [--concurrency 32] [--subscribers 200]
+    python scripts/bench.py [--quick] [--json] [--only ROW[,ROW]] [--rounds N] [--keep-logs]
 
-- create: POST /v1/runs on the broker (validation, one Lua script: stream + view + work + schedule) against
-  a bare aiohttp handler doing one Redis XADD (the floor for "durable before the answer");
-- poll: GET /v1/runs/{id} against a bare handler doing one HGET;
-- fan-out: time until every SSE subscriber of one job saw an appended event, against the same number of
-  plain XREAD BLOCK readers on a dedicated connection each.
-Starts its own redis-server on a free loopback port; only loopback traffic; bounded in count.
+Starts everything it needs on loopback (redis-server on a free port without persistence, the Hermes
+simulator, broker replicas as `python -m broker`, each baseline in its own process, `wrk` when installed)
+and stops it all on exit, Ctrl-C or SIGTERM. Prints a Markdown table: per row the broker's median with its
+min-max over alternating broker/baseline rounds, the baseline's (or the target), and their ratio.
+`--quick` is a smoke run of every row at tiny sizes (CI). Rows (`--only` names):
+
+  create     POST /v1/runs at c8 and c64, Hermes busy        vs a bare aiohttp + one Lua script (ceiling)
+  e2e        jobs/s end to end, 1 and 2 replicas; Redis commands per job      vs an arq worker
+  relay      events appended per second while following 64 fast runs          vs a bare relay loop
+  fanout     SSE lag p99 with 1,000 subscribers of one run                    vs direct XREAD BLOCK readers
+  idle       broker RSS and Redis connections with N idle SSE clients         vs the targets
+  memory     Redis memory per queued and per finished job                     vs the targets
+  admission  S4.1 against a simulator capped at 10: makespan, 429s, order     vs the ideal
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
-import socket
-import statistics
-import subprocess
-import tempfile
+import signal
+import sys
 import time
+import traceback
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from pathlib import Path
 
-import aiohttp
-from aiohttp import web
-from redis.asyncio import Redis
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 
-from broker.config import Config
-from broker.events import HermesEventRecorded
-from broker.http.app import create_app
-from broker.store.jobs import JobStore
-from projections.job import fold
+from benchlib.figures import Row, as_json, markdown  # noqa: E402
+from benchlib.load import have_wrk  # noqa: E402
+from benchlib.procs import Services, Stack  # noqa: E402
+from benchlib.run import Plan  # noqa: E402
+from benchlib.scenarios import admission, create, e2e, fanout, memory, relay  # noqa: E402
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-async def serve(app: web.Application) -> tuple[web.AppRunner, str]:
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    return runner, f"http://127.0.0.1:{port}"
+Scenario = Callable[[Services, Plan], Awaitable[list[Row]]]
+SCENARIOS: dict[str, Scenario] = {
+    "create": create.run,
+    "e2e": e2e.run,
+    "relay": relay.run,
+    "fanout": fanout.run,
+    "idle": memory.run_idle,
+    "memory": memory.run_memory,
+    "admission": admission.run,
+}
 
 
-def baseline_app(redis_url: str) -> web.Application:
-    app = web.Application()
-    redis = Redis.from_url(redis_url, decode_responses=True)
-
-    async def create(request: web.Request) -> web.Response:
-        body = await request.read()
-        entry = await redis.xadd("bench:baseline", {"e": body})
-        return web.json_response({"run_id": entry}, status=202)
-
-    async def get(request: web.Request) -> web.Response:
-        return web.json_response({"state": await redis.hget("bench:baseline:view", "state")})
-
-    async def close(_: web.Application) -> None:
-        await redis.aclose()
-
-    app.router.add_post("/v1/runs", create)
-    app.router.add_get("/v1/runs/{id}", get)
-    app.on_cleanup.append(close)
-    return app
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a smoke run of every row at tiny sizes (CI)")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON instead of the table")
+    parser.add_argument("--only", default="", help=f"comma-separated rows: {','.join(SCENARIOS)}")
+    parser.add_argument("--rounds", type=int, default=0, help="alternating rounds per row (default: 5, quick 1)")
+    parser.add_argument("--keep-logs", action="store_true", help="keep the work directory with every process log")
+    args = parser.parse_args(argv)
+    unknown = {name for name in args.only.split(",") if name} - set(SCENARIOS)
+    if unknown:
+        parser.error(f"unknown rows: {', '.join(sorted(unknown))}")
+    return args
 
 
-async def load(count: int, concurrency: int, request: Callable[[int], Awaitable[None]]) -> tuple[list[float], float]:
-    latencies: list[float] = []
-    queue = iter(range(count))
-
-    async def worker() -> None:
-        for n in queue:
-            started = time.perf_counter()
-            await request(n)
-            latencies.append((time.perf_counter() - started) * 1000)
-
-    started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return latencies, count / (time.perf_counter() - started)
-
-
-def figures(latencies: list[float], rate: float) -> str:
-    q = statistics.quantiles(latencies, n=100)
-    return f"p50 {q[49]:6.2f} ms  p99 {q[98]:6.2f} ms  {rate:8.0f}/s"
-
-
-async def http_bench(base: str, count: int, concurrency: int) -> dict[str, str]:
-    results = {}
-    async with aiohttp.ClientSession() as session:
-        ids: list[str] = []
-
-        async def create(n: int) -> None:
-            async with session.post(f"{base}/v1/runs", json={"input": f"bench {n}"}) as answer:
-                assert answer.status == 202
-                ids.append((await answer.json())["run_id"])
-
-        async def poll(n: int) -> None:
-            async with session.get(f"{base}/v1/runs/{ids[n % len(ids)]}") as answer:
-                await answer.read()
-
-        results["create (1 client)"] = figures(*await load(count // 4, 1, create))
-        results[f"create ({concurrency} clients)"] = figures(*await load(count, concurrency, create))
-        results[f"poll ({concurrency} clients)"] = figures(*await load(count, concurrency, poll))
-    return results
-
-
-async def fanout_broker(base: str, redis_url: str, subscribers: int) -> float:
-    redis = Redis.from_url(redis_url, decode_responses=True)
-    store = JobStore(redis, retention_ms=600_000)
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-        async with session.post(f"{base}/v1/runs", json={"input": "fan-out"}) as answer:
-            job_id = (await answer.json())["run_id"]
-        streams = [await session.get(f"{base}/v1/runs/{job_id}/events") for _ in range(subscribers)]
-        for stream in streams:
-            await stream.content.readuntil(b"\n\n")  # job.queued
-        snapshot = await store.load(job_id)
-        assert snapshot is not None
-        event = HermesEventRecorded(job_id=job_id, at_ms=1, attempt=1, hermes_run_id="run_x", name="tool.started",
-                                    payload='{"event":"tool.started"}')  # fmt: skip
-        started = time.perf_counter()
-        await store.append(job_id, [event], fold([event], snapshot.view) or snapshot.view, expected_last_id=None)
-        await asyncio.gather(*(stream.content.readuntil(b"\n\n") for stream in streams))
-        elapsed = (time.perf_counter() - started) * 1000
-        for stream in streams:
-            stream.close()
-    await redis.aclose()
-    return elapsed
-
-
-async def fanout_baseline(redis_url: str, subscribers: int) -> float:
-    readers = [Redis.from_url(redis_url, decode_responses=True) for _ in range(subscribers)]
-    writer = Redis.from_url(redis_url, decode_responses=True)
-    last = await writer.xadd("bench:fanout", {"e": "0"})
-    waits = [asyncio.ensure_future(r.xread({"bench:fanout": last}, block=10_000)) for r in readers]
-    await asyncio.sleep(0.5)  # let every XREAD block
-    started = time.perf_counter()
-    await writer.xadd("bench:fanout", {"e": "1"})
-    await asyncio.gather(*waits)
-    elapsed = (time.perf_counter() - started) * 1000
-    for client in [*readers, writer]:
-        await client.aclose()
-    return elapsed
-
-
-async def main(args: argparse.Namespace) -> None:
-    workdir = tempfile.mkdtemp(prefix="hbr-bench-")
-    port = free_port()
-    redis_server = subprocess.Popen(
-        [shutil.which("redis-server") or "redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", workdir,
-         "--save", "", "--appendonly", "yes", "--appendfsync", "everysec"],
-        stdout=subprocess.DEVNULL,
-    )  # fmt: skip
-    redis_url = f"redis://127.0.0.1:{port}/0"
-    await asyncio.sleep(0.3)
+async def main(args: argparse.Namespace) -> int:
+    plan = Plan.smoke() if args.quick else Plan.full()
+    if args.rounds:
+        plan = replace(plan, rounds=args.rounds)
+    names = [name for name in args.only.split(",") if name] or list(SCENARIOS)
+    stack = Stack()
+    services = Services(stack)
+    rows: list[Row] = []
+    failed = False
+    started = time.monotonic()
     try:
-        broker_runner, broker = await serve(create_app(Config(redis_url=redis_url), drive=False))
-        baseline_runner, baseline = await serve(baseline_app(redis_url))
-        ours = await http_bench(broker, args.requests, args.concurrency)
-        floor = await http_bench(baseline, args.requests, args.concurrency)
-        print(f"{'benchmark':28} {'broker':40} {'baseline':40}")
-        for name in ours:
-            print(f"{name:28} {ours[name]:40} {floor[name]:40}")
-        fan = await fanout_broker(broker, redis_url, args.subscribers)
-        fan_floor = await fanout_baseline(redis_url, args.subscribers)
-        name = f"fan-out ({args.subscribers} subscribers)"
-        ours_fan, floor_fan = f"{fan:6.1f} ms, 1 hub connection", f"{fan_floor:6.1f} ms, {args.subscribers} connections"
-        print(f"{name:28} {ours_fan:40} {floor_fan:40}")
-        await broker_runner.cleanup()
-        await baseline_runner.cleanup()
+        await services.start()
+        for name in names:
+            began = time.monotonic()
+            print(f"bench: {name} ...", file=sys.stderr, flush=True)
+            try:
+                rows += await SCENARIOS[name](services, plan)
+            except Exception as error:  # one broken row must not hide the others' figures
+                failed = True
+                traceback.print_exc(file=sys.stderr)
+                rows.append(Row(name, "", error=f"{type(error).__name__}: {error}"))
+            print(f"bench: {name} took {time.monotonic() - began:.0f} s", file=sys.stderr, flush=True)
     finally:
-        redis_server.terminate()
-        redis_server.wait(timeout=10)
-        shutil.rmtree(workdir, ignore_errors=True)
+        await services.close()
+        stack.close(keep_logs=args.keep_logs or failed)
+    seconds = time.monotonic() - started
+    meta = {"quick": plan.quick, "rounds": plan.rounds, "seconds": round(seconds, 1), "wrk": have_wrk(),
+            "logs": str(stack.workdir) if args.keep_logs or failed else None}  # fmt: skip
+    print(as_json(rows, meta) if args.json else markdown(rows))
+    if not args.json:
+        logs = f"; logs in {meta['logs']}" if meta["logs"] else ""
+        print(f"\n{'quick' if plan.quick else 'full'} run, {seconds:.0f} s{logs}")
+    return 1 if failed else 0
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # unwinds through main's finally, which stops every process
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--requests", type=int, default=2000)
-    parser.add_argument("--concurrency", type=int, default=32)
-    parser.add_argument("--subscribers", type=int, default=200)
-    asyncio.run(main(parser.parse_args()))
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        sys.exit(asyncio.run(main(parse_args())))
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -30,7 +30,9 @@ from broker.errors import ConfigError
 from broker.rebuild import Outcome, Rebuild, RebuildSettings, Totals
 from broker.store.connection import connect
 from broker.store.jobs import JobStore
+from broker.store.listing import IndexRepair
 from broker.store.rebuild import RebuildStore
+from projections import job as job_projection
 
 
 async def rebuild(config: Config, redis_url: str, *, write: bool, job: str | None, every: int) -> Totals:
@@ -53,10 +55,33 @@ async def rebuild(config: Config, redis_url: str, *, write: bool, job: str | Non
         runner = Rebuild(RebuildStore(redis), RebuildSettings.from_config(config), SystemClock(), write=write)
         job_ids = one(job) if job is not None else JobStore(redis, retention_ms=1).job_ids()
         totals = await runner.run(job_ids, outcome, progress, progress_every=every)
+        await rebuild_index(JobStore(redis, retention_ms=1), IndexRepair(redis), totals, write=write, job=job)
     finally:
         await redis.aclose()
     _note(totals, "done, ", started)
     return totals
+
+
+async def rebuild_index(store: JobStore, repair: IndexRepair, totals: Totals, *, write: bool, job: str | None) -> None:
+    """The GET /v1/runs index (SPEC S3.9) from the streams: every job under its status and latest change, no
+    entry for a job that is gone. Each wrong entry is a difference (one line; `--write` repairs it)."""
+    job_ids = [job] if job is not None else [job_id async for job_id in store.job_ids()]
+    for job_id in job_ids:
+        history = await store.read(job_id)
+        view = job_projection.fold(event for _, event in history)
+        if view is not None and await repair.job(view, history[-1][0], write=write):
+            _index_difference(totals, job_id, "missing or misplaced", write)
+    for job_id in await repair.dangling(write=write) if job is None else []:
+        _index_difference(totals, job_id, "the job is gone", write)
+
+
+def _index_difference(totals: Totals, job_id: str, problem: str, write: bool) -> None:
+    totals.differing += 1
+    line: dict[str, object] = {"job": job_id, "differences": {"index": problem}}
+    if write:
+        totals.replaced += 1
+        line["replaced"] = True
+    print(orjson.dumps(line).decode(), flush=True)
 
 
 def _note(totals: Totals, what: str, started: float) -> None:

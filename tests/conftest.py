@@ -26,7 +26,7 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
-_FOLDER_MARKERS = {"integration": "integration", "e2e": "e2e", "contract": "contract"}
+_FOLDER_MARKERS = {"integration": "integration", "e2e": "e2e", "contract": "contract", "browser": "browser"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

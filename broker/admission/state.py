@@ -14,7 +14,7 @@ from projections.job import Hold, JobView
 #: Where a learnt limit starts (slow start): small, so a first burst of a backlog never floods Hermes.
 INITIAL_LIMIT = 2
 #: How long the limit stays unchanged, without a 429, before it grows by one past the known capacity.
-QUIET_MS = 3_000
+QUIET_MS = 2_000
 
 
 @frozen(kw_only=True)
@@ -58,12 +58,17 @@ def shown_hold(view: JobView, line: LineState, now_ms: int) -> Hold | None:
     return None
 
 
-def oldest_wait_ms(place: str | None, now_ms: int) -> int | None:
-    """How long the job at `place` (its score in the line) has waited.
+def line_place(view: JobView) -> str:
+    """The job's score in the admission line (SPEC S4.1): arrival order, a resubmit at the front.
 
-    First attempts are placed at `created ms * 1000 + seq`; resubmits at their created ms, which
-    sorts them ahead of every first attempt (SPEC S4.1: a resubmit goes to the front).
+    A first attempt is placed by its `created_at` (ms * 1000, so callers see the order the line keeps);
+    a resubmit by its created ms alone, which sorts ahead of every first attempt.
     """
+    return str(view.created_at_ms * 1000 if view.attempt == 1 else view.created_at_ms)
+
+
+def oldest_wait_ms(place: str | None, now_ms: int) -> int | None:
+    """How long the job at `place` (its score in the line, see `line_place`) has waited."""
     if place is None:
         return None
     value = int(float(place))

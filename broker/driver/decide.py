@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import orjson
 from attrs import frozen
 
+from broker.admission.state import line_place
 from broker.config import Config
 from broker.events import (
     ApprovalDenied,
@@ -232,15 +233,6 @@ def on_stop(view: JobView, outcome: StopOutcome, now_ms: int) -> StopAnswer:
 def waiting_since(view: JobView) -> int:
     """When the job's current wait for Hermes began: its hold, else its (re)entry into the line."""
     return view.hold.since_ms if view.hold is not None else view.updated_at_ms
-
-
-def line_place(view: JobView) -> str:
-    """The job's place in the admission line when its slot no longer knows it (SPEC S4.1).
-
-    First attempts are placed by arrival (created ms * 1000); a resubmit by its created ms alone,
-    which sorts ahead of every first attempt.
-    """
-    return str(view.created_at_ms * 1000 if view.attempt == 1 else view.created_at_ms)
 
 
 def backoff_ms(failures: int, jitter: float, policy: Policy) -> int:

@@ -13,6 +13,7 @@ from enum import StrEnum
 
 from attrs import define
 
+from broker.admission.state import line_place
 from broker.clock import Clock
 from broker.driver import decide
 from broker.driver.decide import Append, Done, Follow, Policy, Queue, StopRun, Submit
@@ -96,6 +97,9 @@ class Runner:
             )
             match action:
                 case Done():
+                    if self.has_slot:  # at once, before the stream closes: the next job in line goes now
+                        await self._deps.gate.release(self.job_id, freed=self.ran)
+                        self.has_slot = False
                     return Ending.FINISHED
                 case Append(events=events):
                     snapshot = await self._append_decided(snapshot, list(events))
@@ -118,7 +122,7 @@ class Runner:
         refused = decide.refusal_of(outcome)
         retry_at = now
         if refused is not None:  # back to its place in the line first, so no replica waits on a lost slot
-            place = decide.line_place(view)
+            place = line_place(view)
             retry_at = (
                 await deps.gate.refused(self.job_id, refused, now, jitter=deps.jitter(), place=place)
             ).retry_at_ms

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import orjson
 from attrs import evolve, frozen
@@ -87,11 +87,15 @@ class JobService:
         return await self.with_line_hold(view)
 
     async def with_line_hold(self, view: JobView) -> JobView:
-        waiting = not view.status.terminal and view.accepted_attempt != view.attempt
-        if self._admission is None or not waiting:
-            return view
+        return (await self.with_line_holds([view]))[0]
+
+    async def with_line_holds(self, views: Sequence[JobView]) -> list[JobView]:
+        """The views as callers see them: waiting jobs with the line's hold (one read of the line for all)."""
+        if self._admission is None or not any(map(_waiting, views)):
+            return list(views)
         now = self._clock.now_ms()
-        return evolve(view, hold=shown_hold(view, await self._admission.state(now), now))
+        line = await self._admission.state(now)
+        return [evolve(view, hold=shown_hold(view, line, now)) if _waiting(view) else view for view in views]
 
     async def stop(self, job_id: str) -> JobView:
         """Record the stop first; a job with no live Hermes run is cancelled at once, others by their owner."""
@@ -134,3 +138,8 @@ class JobService:
 
     async def _load(self, job_id: str) -> Snapshot:
         return await self._writer.load(job_id)
+
+
+def _waiting(view: JobView) -> bool:
+    """Not terminal and without an accepted run: the job is in (or about to enter) the admission line."""
+    return not view.status.terminal and view.accepted_attempt != view.attempt

@@ -22,7 +22,7 @@ from typing import cast
 from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
-from broker.driver import decide
+from broker.admission.state import line_place
 from broker.driver.runner import Deps, Ending, Runner
 from broker.errors import JobNotFound, LeaseLost, NotReplicated
 from broker.logging import get_logger
@@ -74,7 +74,7 @@ class Supervisor:
         for runner, _ in owned:
             with contextlib.suppress(RedisError, OSError):
                 if runner.has_slot and not runner.ran and runner.view is not None:
-                    await self._deps.gate.requeue(runner.job_id, decide.line_place(runner.view))
+                    await self._deps.gate.requeue(runner.job_id, line_place(runner.view))
                 handed += await self._leases.release(runner.job_id, runner.token, due_at_ms=now, enqueue=True)
         self._log.info("Handed jobs back on shutdown.", extra={"replica": self.replica, "jobs": handed})
         return handed
@@ -199,7 +199,7 @@ class Supervisor:
             elif runner.has_slot and ending is Ending.FINISHED:
                 await gate.release(job_id, freed=runner.ran)
             elif runner.has_slot and not runner.ran and runner.view is not None:
-                await gate.requeue(job_id, decide.line_place(runner.view))  # a failed runner keeps its place
+                await gate.requeue(job_id, line_place(runner.view))  # a failed runner keeps its place
             await self._leases.release(job_id, runner.token, due_at_ms=due_at)
             self._log.debug("Released a run lease.", extra={"job": job_id, "ending": ending.value})
 

@@ -11,6 +11,7 @@ from broker.board.projector import BoardSettings
 from broker.board.service import BoardService
 from broker.clock import Clock, SystemClock
 from broker.config import Config
+from broker.console import routes as console
 from broker.driver.decide import Policy
 from broker.driver.gate import Gate
 from broker.driver.runner import Deps
@@ -19,7 +20,7 @@ from broker.driver.supervisor import Supervisor
 from broker.driver.writer import Writer
 from broker.errors import LegacyLayout
 from broker.hermes.client import AiohttpHermesClient, HermesClient
-from broker.http import health, routes, sse
+from broker.http import health, listing, routes, sse
 from broker.http.appkeys import (
     InFlight,
     admission_key,
@@ -82,8 +83,11 @@ def create_app(
         app.cleanup_ctx.append(_board_context)
     app.on_cleanup.append(_close_hermes)
     routes.register(app)
+    listing.register(app)
     sse.register(app)
     health.register(app)
+    if config.console_enabled:
+        console.register(app)
     return app
 
 

@@ -9,6 +9,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from broker.errors import BrokerError, Unavailable
+from broker.http.render import json_response
 from broker.logging import get_logger
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -34,7 +35,7 @@ def envelope(
     headers: dict[str, str] | None = None,
 ) -> web.Response:
     body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
-    return web.json_response(body, status=status, headers=headers)
+    return json_response(body, status=status, headers=headers)
 
 
 def from_broker_error(error: BrokerError) -> web.Response:

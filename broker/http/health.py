@@ -9,6 +9,7 @@ from aiohttp import web
 from redis.exceptions import RedisError
 
 from broker.http.appkeys import admission_key, clock_key, draining_key, hermes_key, metrics_key, redis_key
+from broker.http.render import json_response
 from broker.store import work
 from broker.store.connection import cluster_state, is_cluster
 
@@ -16,11 +17,16 @@ READY_TIMEOUT_S = 2.0
 
 
 async def healthz(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
+    return json_response({"status": "ok"})
 
 
 async def readyz(request: web.Request) -> web.Response:
-    app = request.app
+    report = await ready_report(request.app)
+    return json_response(report, status=200 if report["status"] == "ready" else 503)
+
+
+async def ready_report(app: web.Application) -> dict[str, object]:
+    """What /readyz answers (also shown by the console): Redis, draining, Hermes, the queue, `status`."""
     report: dict[str, object] = {
         "redis": False,
         "draining": app[draining_key][0],
@@ -49,7 +55,7 @@ async def readyz(request: web.Request) -> web.Response:
         report["reason"] = "draining"
     ready = report["redis"] is True and not report["draining"]
     report["status"] = "ready" if ready else "not_ready"
-    return web.json_response(report, status=200 if ready else 503)
+    return report
 
 
 def _set_gauges(app: web.Application, depth: int, age_ms: int | None) -> None:

@@ -21,6 +21,8 @@ from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
+from broker.http.render import json_response
+
 _PATCHED = "_hbr_envelope"
 _TOO_MANY_HEADERS = "Too many headers received"  #: aiohttp's message (both parsers) past max_headers
 #: The pure-Python parser reports the whole request line, which starts with its method; a header
@@ -48,7 +50,7 @@ def envelope_protocol_errors() -> None:
             "param": None,
             "code": code,
         }
-        response = web.json_response({"error": error}, status=status)
+        response = json_response({"error": error}, status=status)
         response.force_close()
         return response
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
+from aiohttp import web
 
 from broker.events import Context, HoldReason
 from projections.job import JobView
@@ -16,6 +18,13 @@ HOLD_DETAILS = {
     HoldReason.DRAINING: "Hermes is draining.",
     HoldReason.UNAVAILABLE: "Hermes is unavailable.",
 }
+
+
+def json_response(document: object, *, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
+    """A JSON answer encoded with orjson (aiohttp's default encoder, the stdlib's, cost a tenth of a create)."""
+    return web.Response(
+        body=orjson.dumps(document), status=status, headers=headers, content_type="application/json", charset="utf-8"
+    )
 
 
 def seconds(ms: int) -> float:

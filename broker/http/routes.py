@@ -6,18 +6,20 @@ from aiohttp import web
 
 from broker.errors import JobNotFound
 from broker.http import appkeys as keys
+from broker.http.crosssite import same_site_only
 from broker.http.errors import envelope
 from broker.http.proxy import proxy_or_not_found
-from broker.http.render import job_object
+from broker.http.render import job_object, json_response
 from broker.http.schemas import ApprovalChoice, CreateRun
 from broker.ids import JOB_PREFIX
 
 
+@same_site_only
 async def create_run(request: web.Request) -> web.Response:
     run = CreateRun.from_request(await request.read(), request.headers)
     result = await request.app[keys.service_key].create(run)
     headers = {"Idempotency-Replayed": "true"} if result.replayed else None
-    return web.json_response({**job_object(result.view), "replayed": result.replayed}, status=202, headers=headers)
+    return json_response({**job_object(result.view), "replayed": result.replayed}, status=202, headers=headers)
 
 
 async def get_run(request: web.Request) -> web.StreamResponse:
@@ -28,18 +30,20 @@ async def get_run(request: web.Request) -> web.StreamResponse:
         view = await request.app[keys.service_key].get(run_id)
     except JobNotFound:
         return await proxy_or_not_found(request, run_id)
-    return web.json_response(job_object(view))
+    return json_response(job_object(view))
 
 
+@same_site_only
 async def stop_run(request: web.Request) -> web.StreamResponse:
     run_id = request.match_info["run_id"]
     try:
         view = await request.app[keys.service_key].stop(run_id)
     except JobNotFound:
         return await proxy_or_not_found(request, run_id, "/stop")
-    return web.json_response({"run_id": view.job_id, "status": view.status.value})
+    return json_response({"run_id": view.job_id, "status": view.status.value})
 
 
+@same_site_only
 async def approve_run(request: web.Request) -> web.StreamResponse:
     run_id = request.match_info["run_id"]
     service = request.app[keys.service_key]
@@ -50,7 +54,7 @@ async def approve_run(request: web.Request) -> web.StreamResponse:
     allow_always = request.app[keys.config_key].runs_approval_allow_always
     choice = ApprovalChoice.from_request(await request.read(), allow_always=allow_always)
     status, payload = await service.approve(run_id, choice)
-    return web.json_response(payload, status=status)
+    return json_response(payload, status=status)
 
 
 async def not_found(request: web.Request) -> web.Response:

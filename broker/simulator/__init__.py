@@ -5,8 +5,10 @@ Start it with `python -m broker.simulator --host H --port P [--api-key K] [--max
 
 Markers in the user message script a run: `sleep:N` (the reply takes N seconds), `tools:K` (K tool calls
 first), `fail` (ends `failed`), `approval` (a `terminal` call waits for /approval; deny or timeout blocks it and
-the run still completes). Runs answer as captured in hermes-runs-api.md, with one deliberate difference: a JSON
-body that is not an object gets a 400 envelope where Hermes crashes with a plain-text 500.
+the run still completes), `deltas:N` (the reply is N `message.delta` events, streamed as fast as the reader
+takes them, or spread over `sleep:N` seconds when that is given too; for benchmarks). Runs answer as captured in
+hermes-runs-api.md, with one deliberate difference: a JSON body that is not an object gets a 400 envelope where
+Hermes crashes with a plain-text 500.
 
 Control API (no auth, JSON bodies, all optional fields):
 
@@ -24,6 +26,9 @@ Control API (no auth, JSON bodies, all optional fields):
 - `POST /_sim/runs/{id}/touch`: bump `updated_at` without any activity.
 - `GET /_sim/requests`, `DELETE /_sim/requests`: the log of every other request as
   `{"requests": [{"method", "path", "status", "idempotency_key"}]}`.
+- `GET /_sim/stats`, `DELETE /_sim/stats` (reset): `{"live", "peak_live", "runs", "settled", "creates"}`: live
+  runs now and at most since the reset, runs known and settled, creates answered by status
+  (`{"202": n, "429": m}`). The cap can be changed mid-run with `POST /_sim/settings {"max_concurrent": 20}`.
 """
 
 from broker.simulator.app import create_app

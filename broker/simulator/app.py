@@ -70,6 +70,8 @@ async def _edge(request: web.Request, handler: Handler) -> web.StreamResponse:
     refused = _refuse_key(request) if request.path.startswith("/v1/") else None
     response = refused if refused is not None else await handler(request)
     entry["status"] = response.status
+    if request.method == "POST" and request.path == "/v1/runs":
+        sim.count_create(response.status)
     return response
 
 

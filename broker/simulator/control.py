@@ -25,6 +25,8 @@ def add_control_routes(app: web.Application) -> None:
     app.router.add_post("/_sim/runs/{run_id}/touch", _touch)
     app.router.add_get("/_sim/requests", _requests)
     app.router.add_delete("/_sim/requests", _clear_requests)
+    app.router.add_get("/_sim/stats", _stats)
+    app.router.add_delete("/_sim/stats", _reset_stats)
 
 
 async def _get_settings(request: web.Request) -> web.Response:
@@ -97,6 +99,17 @@ async def _requests(request: web.Request) -> web.Response:
 async def _clear_requests(request: web.Request) -> web.Response:
     request.app[simulator_key].requests.clear()
     return web.json_response({"requests": []})
+
+
+async def _stats(request: web.Request) -> web.Response:
+    """Live runs now and at most, runs known and settled, and creates answered by status (for benchmarks)."""
+    return web.json_response(request.app[simulator_key].stats())
+
+
+async def _reset_stats(request: web.Request) -> web.Response:
+    sim = request.app[simulator_key]
+    sim.reset_stats()
+    return web.json_response(sim.stats())
 
 
 async def _body(request: web.Request) -> JsonObject:

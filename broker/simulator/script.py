@@ -14,26 +14,30 @@ REPLY = ("Hello ", "from ", "the ", "simulator.")
 FAILURE = "HTTP 400: simulated failure"
 DANGEROUS_COMMAND = "rm -rf /tmp/hermes-simulator-scratch"
 APPROVAL_CHOICES = ("once", "session", "always", "deny")
+UNPACED_BATCH = 64  #: an unpaced `deltas:N` reply yields to the event loop once per this many deltas
 
 
 @frozen
 class Script:
-    """Markers found in the user message: `sleep:N`, `tools:K`, `fail`, `approval`."""
+    """Markers found in the user message: `sleep:N`, `tools:K`, `fail`, `approval`, `deltas:N`."""
 
     sleep_s: float = 0.0
     tools: int = 0
     fail: bool = False
     approval: bool = False
+    deltas: int = 0  #: 0 = the usual four-part reply; N = a reply of N deltas, unpaced unless `sleep:N` is given
 
     @classmethod
     def from_text(cls, text: str) -> Script:
         sleep = re.search(r"\bsleep:(\d+(?:\.\d+)?)", text)
         tools = re.search(r"\btools:(\d+)", text)
+        deltas = re.search(r"\bdeltas:(\d+)", text)
         return cls(
             sleep_s=float(sleep.group(1)) if sleep else 0.0,
             tools=int(tools.group(1)) if tools else 0,
             fail=re.search(r"\bfail\b", text) is not None,
             approval=re.search(r"\bapproval\b", text) is not None,
+            deltas=int(deltas.group(1)) if deltas else 0,
         )
 
     @property
@@ -101,12 +105,14 @@ async def _dangerous_tool(run: SimRun, settings: Settings) -> None:
 
 
 async def _reply(run: SimRun, script: Script, settings: Settings) -> None:
-    pause = script.sleep_s / len(REPLY) if script.sleep_s else settings.step_s
+    parts = REPLY if script.deltas <= 0 else tuple(f"d{index} " for index in range(script.deltas))
+    pause = script.sleep_s / len(parts) if script.sleep_s else (settings.step_s if script.deltas <= 0 else 0.0)
     after_tool = script.tools > 0 or script.approval
-    for index, part in enumerate(REPLY):
-        await asyncio.sleep(pause)
+    for index, part in enumerate(parts):
+        if pause > 0 or script.deltas <= 0 or index % UNPACED_BATCH == 0:
+            await asyncio.sleep(pause)  # an unpaced `deltas:N` only yields now and then, so other runs stream too
         run.emit("message.delta", delta=("\n\n" if after_tool and index == 0 else "") + part)
-    text = "".join(REPLY)
+    text = "".join(parts)
     run.emit("reasoning.available", text=text)
     if run.stopping:
         raise asyncio.CancelledError

@@ -111,6 +111,24 @@ class Simulator:
     idempotency: dict[str, tuple[str, str]] = attrs.field(factory=dict)  # key -> (fingerprint, run_id)
     requests: list[JsonObject] = attrs.field(factory=list)
     refuse_until: float = 0.0  # monotonic time until which /v1 connections are dropped
+    creates: dict[str, int] = attrs.field(factory=dict)  # answers to POST /v1/runs by status ("202", "429", ...)
+    peak_live: int = 0  # most live runs at once since the last stats reset
+
+    def count_create(self, status: int) -> None:
+        """Tally one create's answer; an accepted one may raise the peak of live runs."""
+        self.creates[str(status)] = self.creates.get(str(status), 0) + 1
+        if status == 202:
+            self.peak_live = max(self.peak_live, self.active_count())
+
+    def stats(self) -> JsonObject:
+        settled = sum(1 for run in self.runs.values() if run.terminal)
+        live = self.active_count()
+        peak = max(self.peak_live, live)
+        return {"live": live, "peak_live": peak, "runs": len(self.runs), "settled": settled, "creates": self.creates}
+
+    def reset_stats(self) -> None:
+        self.creates.clear()
+        self.peak_live = self.active_count()
 
     def new_run(self, *, session_id: str | None, model: str, idempotency_key: str | None) -> SimRun:
         run_id = f"run_{uuid.uuid4().hex}"

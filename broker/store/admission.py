@@ -138,7 +138,7 @@ class AdmissionStore:
     async def accepted(self, job_id: str, now_ms: int) -> Acceptance:
         p = self.pacing
         reply = await self._scripts.admission_accepted(
-            keys=[keys.ADMISSION_STATE, keys.ADMISSION_LIVE],
+            keys=[keys.ADMISSION_STATE, keys.ADMISSION_LIVE, keys.ADMISSION_SLOTS],
             args=[job_id, now_ms, p.pinned, p.quiet_ms, INITIAL_LIMIT, p.slot_ttl_ms],
         )
         limit, grew, ended = (int(x) for x in cast(list[int], reply))

@@ -9,9 +9,10 @@ import orjson
 from attrs import frozen
 from redis.asyncio import Redis
 
+from broker.admission.state import line_place
 from broker.codec import decode, decode_board, decode_view, encode, encode_board, encode_view
 from broker.errors import JobNotFound, LeaseLost, StreamConflict
-from broker.events import JobCreated, JobEvent
+from broker.events import JobCreated, JobEvent, JobStatus
 from broker.store import keys
 from broker.store.connection import is_cluster
 from broker.store.durability import Durability
@@ -121,13 +122,18 @@ class JobStore:
             "expect": expected,
             "token": token or "",
             "retention": str(self._retention_ms),
+            "statuses": str(len(JobStatus)),
+            "index": {
+                "score": str(view.updated_at_ms),
+                "key": keys.runs_index(keys.partition_of(job_id), view.status.value),
+            },
         }
         if due_at is not None:
             write["due"] = str(due_at)
         if ring is not None and not self._cluster:
             write["ring"] = ring
         if expected == "$new":
-            write["line"] = "enter"
+            write["line"], write["place"] = "enter", line_place(view)
         elif view.status.terminal:
             write["line"] = "leave"
         state, report = b"", b""
@@ -154,6 +160,8 @@ class JobStore:
                 keys.board_due(partition),
                 keys.board_index(partition),
                 keys.line(partition),
+                keys.runs(partition),
+                *(keys.runs_index(partition, status.value) for status in JobStatus),
                 *([] if self._cluster else [keys.WORK]),
             ],
             args=[orjson.dumps(write), encode_view(view), state, report, *(encode(event) for event in events)],

@@ -16,6 +16,8 @@ hbr:{pN}:line                zset    jobs waiting for Hermes -> arrival order (S
 hbr:{pN}:board:outbox        stream  due board deliveries; group `senders`             acked; job write, promoter
 hbr:{pN}:board:due           zset    job id -> when a coalesced refresh is due         none; job write, sender
 hbr:{pN}:board:index         zset    job id -> sourceActivityAt + HERMES_TTL           none; job write
+hbr:{pN}:runs                zset    job id -> updated_at ms: the listing (S3.9)        past RUNS_RETENTION; job write
+hbr:{pN}:runs:<status>       zset    the same, one per job status (the status filter)  past RUNS_RETENTION; job write
 hbr:{work}                   stream  doorbells (hints): `line` / `job`; group drivers   acked+deleted; after writes
 hbr:lock:<name>              string  token-owned locks                                 lock TTL; sender, reconciler
   hbr:lock:board:<J>         one board key's deliveries                                longest delivery; sender
@@ -118,6 +120,16 @@ def board_index(partition: int) -> str:
     return f"{_tag(partition)}:board:index"
 
 
+def runs(partition: int) -> str:
+    """The listing index of every job of the partition (SPEC S3.9)."""
+    return f"{_tag(partition)}:runs"
+
+
+def runs_index(partition: int, status: str) -> str:
+    """The listing index of the partition's jobs in one status (SPEC S3.9)."""
+    return f"{runs(partition)}:{status}"
+
+
 def lock(name: str) -> str:
     return f"{PREFIX}:lock:{name}"
 
@@ -155,7 +167,13 @@ class Legacy:
     BOARD_DUE = f"{PREFIX}:board:due"
     BOARD_INDEX = f"{PREFIX}:board:index"
     ADMISSION_LINE = f"{_ADMISSION}:line"
-    GLOBALS = (WORK, DUE, BOARD_OUTBOX, BOARD_DUE, BOARD_INDEX, ADMISSION_LINE)
+    RUNS = f"{PREFIX}:runs"  #: the listing index before partitions, and `hbr:runs:<status>`
+    GLOBALS = (WORK, DUE, BOARD_OUTBOX, BOARD_DUE, BOARD_INDEX, ADMISSION_LINE, RUNS)
+
+    @staticmethod
+    def runs_index(status: str) -> str:
+        return f"{Legacy.RUNS}:{status}"
+
     JOB_MATCH = f"{PREFIX}:{{job_*}}:*"
 
     @staticmethod

@@ -1,7 +1,8 @@
 """Layout 1 (before partitions) -> the partitioned layout (SPEC S9): detection and the one migration.
 
 A store written by a broker before the partitioned layout has its jobs under `hbr:{J}:*` and the global
-`hbr:work`, `hbr:due`, `hbr:board:*` and `hbr:{adm}:line`. The broker never ignores such jobs silently:
+`hbr:work`, `hbr:due`, `hbr:board:*`, `hbr:{adm}:line` (and the listing indexes `hbr:runs`,
+`hbr:runs:<status>`). The broker never ignores such jobs silently:
 it refuses to start on them (`legacy_keys`), and `python scripts/migrate_layout.py` moves them, on a
 single Redis, with every broker stopped: each job's keys are renamed into its partition (RENAME keeps
 their expiry), the schedule, line, board due set and index entries are moved with their scores, board
@@ -13,11 +14,13 @@ simply run again.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import cast
 
 from attrs import define
 from redis.asyncio import Redis
 
+from broker.events import JobStatus
 from broker.store import keys
 from broker.store.board import BoardStore
 from broker.store.work import ensure_group
@@ -35,6 +38,7 @@ class Moved:
     board_due: int = 0
     board_index: int = 0
     outbox: int = 0
+    listing: int = 0
 
 
 async def legacy_keys(redis: Redis) -> list[str]:
@@ -58,6 +62,9 @@ async def migrate(redis: Redis) -> Moved:
     moved.line = await _move_zset(redis, keys.Legacy.ADMISSION_LINE, keys.line)
     moved.board_due = await _move_zset(redis, keys.Legacy.BOARD_DUE, keys.board_due)
     moved.board_index = await _move_zset(redis, keys.Legacy.BOARD_INDEX, keys.board_index)
+    moved.listing = await _move_zset(redis, keys.Legacy.RUNS, keys.runs)
+    for status in JobStatus:
+        moved.listing += await _move_zset(redis, keys.Legacy.runs_index(status.value), partial(_status_index, status))
     await BoardStore(redis).ensure_group()
     entries = cast(list[tuple[str, dict[str, str]]], await redis.xrange(keys.Legacy.BOARD_OUTBOX))
     for _, fields in entries:
@@ -69,6 +76,10 @@ async def migrate(redis: Redis) -> Moved:
     await redis.delete(keys.Legacy.BOARD_OUTBOX, keys.Legacy.WORK)
     await ensure_group(redis)
     return moved
+
+
+def _status_index(status: JobStatus, partition: int) -> str:
+    return keys.runs_index(partition, status.value)
 
 
 async def _move_zset(redis: Redis, old: str, new: Callable[[int], str]) -> int:

@@ -42,6 +42,7 @@ NAMES = (
     "board_ack",
     "board_promote",
     "release_lock",
+    "reindex_job",
 )
 
 

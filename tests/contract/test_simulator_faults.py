@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 
+import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
@@ -147,3 +148,32 @@ async def test_event_payloads_pass_through_unchanged(client: AiohttpHermesClient
     run_id = await create(client, "hello")
     received = [item for item in await collect(client, run_id) if isinstance(item, HermesEvent)]
     assert all(event.payload["run_id"] == run_id for event in received)
+
+
+async def test_a_deltas_marker_streams_that_many_deltas_then_completes(client: AiohttpHermesClient) -> None:
+    run_id = await create(client, "bench deltas:150")
+    names = [event.name for event in events(await collect(client, run_id))]
+    assert names == ["message.delta"] * 150 + ["reasoning.available", "run.completed"]
+
+
+async def test_stats_count_creates_by_answer_and_live_runs(
+    sim_app: web.Application, aiohttp_server: ServerFactory
+) -> None:
+    server = await aiohttp_server(sim_app)
+    sim = sim_app[simulator_key]
+    client = AiohttpHermesClient(str(server.make_url("")), KEY, 1_000)
+    async with aiohttp.ClientSession(str(server.make_url(""))) as control:
+        sim.settings.max_concurrent = 2
+        first, _ = await create(client, "slow sleep:5"), await create(client, "slow sleep:5")
+        assert await client.create(body("x")) == Busy(1.0)
+        stats = await (await control.get("/_sim/stats")).json()
+        assert (stats["live"], stats["peak_live"], stats["settled"]) == (2, 2, 0)
+        assert stats["creates"] == {"202": 2, "429": 1}
+        assert (await control.post("/_sim/settings", json={"max_concurrent": 3})).status == 200
+        await wait_for(client, await create(client, "hello"), lambda run: run.status == "completed")
+        await client.stop(first)
+        stats = await (await control.get("/_sim/stats")).json()
+        assert (stats["peak_live"], stats["settled"], stats["creates"]) == (3, 1, {"202": 3, "429": 1})
+        reset = await (await control.delete("/_sim/stats")).json()
+        assert reset["creates"] == {} and reset["peak_live"] == reset["live"] <= 2
+    await client.aclose()

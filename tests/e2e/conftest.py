@@ -202,7 +202,8 @@ def simulator() -> Iterator[SimulatorProcess]:
     sim.process.wait(timeout=10)
 
 
-def until(probe: Any, timeout: float) -> Any:
+def until(probe: Any, timeout: float, what: str = "condition") -> Any:
+    """Poll `probe` until it returns something truthy; fail with its last value at the deadline."""
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
@@ -210,4 +211,4 @@ def until(probe: Any, timeout: float) -> Any:
         if last:
             return last
         time.sleep(0.05)
-    raise AssertionError(f"not within {timeout}s; last: {last!r}")
+    raise AssertionError(f"{what} not met within {timeout}s; last: {last!r}")

@@ -47,6 +47,7 @@ DEFAULTS = {
     "hermes_ttl_ms": 86_400_000,
     "log_level": "info",
     "log_format": "json",
+    "console_enabled": True,
 }
 
 # variable -> (raw value, field, parsed value); every S2 variable, none at its default
@@ -85,6 +86,7 @@ EVERY_VARIABLE = {
     "HERMES_TTL": ("3600000", "hermes_ttl_ms", 3_600_000),
     "LOG_LEVEL": ("debug", "log_level", "debug"),
     "LOG_FORMAT": ("text", "log_format", "text"),
+    "CONSOLE_ENABLED": ("false", "console_enabled", False),
 }
 
 

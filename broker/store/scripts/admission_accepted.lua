@@ -1,16 +1,17 @@
 -- Hermes accepted a granted create: any refusal is over, and a learnt limit grows (SPEC S4.1) —
 -- by one per accepted create below the known capacity (slow start), by one per quiet period past it.
 -- The limit only grows while it is used up, so an idle broker never inflates it.
--- KEYS[1] admission state hash   KEYS[2] live zset   (one slot: {adm})
+-- KEYS[1] admission state hash   KEYS[2] live zset   KEYS[3] slots hash   (one slot: {adm})
 -- ARGV[1] job   ARGV[2] now (epoch ms)   ARGV[3] pinned limit (0 = learnt)   ARGV[4] quiet ms
 -- ARGV[5] a learnt limit's start   ARGV[6] slot ttl ms
 -- Returns {limit, 1 if the limit grew, 1 if this ended a refusal}
 local job, now = ARGV[1], tonumber(ARGV[2])
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[6]), job)
+redis.call('HDEL', KEYS[3], job) -- its create is no longer in flight
 local s = redis.call('HMGET', KEYS[1], 'limit', 'ceiling', 'changed_at', 'refusing')
 local ended = 0
 if s[4] and s[4] ~= '' then
-  redis.call('HSET', KEYS[1], 'refusing', '', 'streak', 0, 'probe', '', 'probe_until', 0)
+  redis.call('HSET', KEYS[1], 'refusing', '', 'streak', 0, 'probe', '')
   ended = 1
 end
 if ARGV[3] ~= '0' then

@@ -1,8 +1,10 @@
 -- Reserve admission slots for the heads of the partition lines (SPEC S4.1): at most `limit` of the
 -- broker's runs live on Hermes across replicas; while Hermes refuses, one probe at a time, not before
--- retry_at. A reservation `~<token>:<i>` counts against the limit until admission_grant.lua gives it to
--- a job or admission_unreserve.lua gives it back; one never settled (the caller died) expires by itself.
--- KEYS[1] admission state hash   KEYS[2] live zset   KEYS[3] slots hash   KEYS[4] reserved zset
+-- retry_at, and not while any create is in flight (its answer comes first). A reservation
+-- `~<token>:<i>` counts against the limit until admission_grant.lua gives it to a job or
+-- admission_unreserve.lua gives it back; one never settled (the caller died) expires by itself.
+-- KEYS[1] admission state hash   KEYS[2] live zset (slot -> expiry)
+-- KEYS[3] slots hash (job -> place, while its create is in flight)   KEYS[4] reserved zset
 --   (one slot: {adm})
 -- ARGV[1] now (epoch ms)   ARGV[2] most slots the caller can use   ARGV[3] slot ttl ms (RUNS_LEASE)
 -- ARGV[4] pinned limit (0 = learnt)   ARGV[5] a learnt limit's start   ARGV[6] reservation token
@@ -15,7 +17,7 @@ for _, job in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)) do
   redis.call('HDEL', KEYS[3], job)
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
-local s = redis.call('HMGET', KEYS[1], 'limit', 'refusing', 'retry_at', 'probe_until')
+local s = redis.call('HMGET', KEYS[1], 'limit', 'refusing', 'retry_at')
 local limit = tonumber(ARGV[4])
 if limit == 0 then
   limit = tonumber(s[1] or ARGV[5])
@@ -25,8 +27,8 @@ local reply, probe = {0}, false
 if s[2] and s[2] ~= '' then
   if now < tonumber(s[3] or '0') then
     n, reply[1] = 0, tonumber(s[3])
-  elseif now < tonumber(s[4] or '0') then
-    n = 0 -- the probe is in flight
+  elseif redis.call('HLEN', KEYS[3]) > 0 or redis.call('ZCARD', KEYS[4]) > 0 then
+    n = 0 -- a create is in flight (the probe, or one sent before the refusal), or about to be
   else
     n, probe = math.min(n, 1), true
   end
@@ -38,6 +40,6 @@ for i = 1, n do
 end
 if probe and #reply > 1 then
   -- counted as a probe once a job is granted the reservation (admission_grant.lua)
-  redis.call('HSET', KEYS[1], 'probe', reply[2], 'probe_until', now + ttl)
+  redis.call('HSET', KEYS[1], 'probe', reply[2])
 end
 return reply

@@ -38,7 +38,7 @@ if not refusing or s[5] == job then
   end
   retry_at = now + math.floor(delay)
   redis.call('HSET', KEYS[1], 'refusing', ARGV[3], 'detail', ARGV[4], 'retry_at', retry_at,
-             'streak', streak + 1, 'probe', '', 'probe_until', 0)
+             'streak', streak + 1, 'probe', '')
   if not refusing then
     redis.call('HSET', KEYS[1], 'since', now)
     began = 1

@@ -9,7 +9,7 @@ local ended = 0
 if held == 1 and ARGV[2] == '1' then
   local refusing = redis.call('HGET', KEYS[1], 'refusing')
   if refusing and refusing ~= '' then
-    redis.call('HSET', KEYS[1], 'refusing', '', 'streak', 0, 'probe', '', 'probe_until', 0)
+    redis.call('HSET', KEYS[1], 'refusing', '', 'streak', 0, 'probe', '')
     ended = 1
   end
 end

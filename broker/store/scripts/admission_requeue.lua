@@ -8,6 +8,6 @@ local place = redis.call('HGET', KEYS[3], ARGV[1]) or ARGV[2]
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
 if redis.call('HGET', KEYS[1], 'probe') == ARGV[1] then
-  redis.call('HSET', KEYS[1], 'probe', '', 'probe_until', 0)
+  redis.call('HSET', KEYS[1], 'probe', '')
 end
 return place

@@ -7,7 +7,7 @@ local probe, n = redis.call('HGET', KEYS[1], 'probe'), 0
 for _, reservation in ipairs(ARGV) do
   n = n + redis.call('ZREM', KEYS[2], reservation)
   if probe == reservation then
-    redis.call('HSET', KEYS[1], 'probe', '', 'probe_until', 0)
+    redis.call('HSET', KEYS[1], 'probe', '')
   end
 end
 return n

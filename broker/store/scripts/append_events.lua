@@ -1,22 +1,29 @@
 -- The one write of a job: append events, store the views folded up to the last of them, renew
--- retention, and persist the board projection with its pending delivery (SPEC S3.6, S5.3), atomically.
+-- retention, keep the admission line, the due schedule and the listing, and persist the board
+-- projection with its pending delivery (SPEC S3.6, S3.9, S5.3), atomically.
 -- KEYS[1] job events   KEYS[2] job view hash   KEYS[3] job lease   KEYS[4] partition due zset
 -- KEYS[5] job board hash   KEYS[6] partition board outbox   KEYS[7] partition board due zset
 -- KEYS[8] partition board index zset   KEYS[9] partition admission line zset
---   (one slot: every key carries the job's partition tag {pN})
--- KEYS[10] work stream: only on a single Redis, where the doorbell costs no round trip of its own; on a
---   cluster it is another slot, and the caller rings it after the script
+-- KEYS[10] partition listing index of every job   KEYS[11..10+w.statuses] partition listing index of
+--   each job status
+--   (one slot: every key above carries the job's partition tag {pN})
+-- KEYS[11+w.statuses] work stream: only on a single Redis (with `ring`), where the doorbell costs no round
+--   trip of its own; on a cluster it is another slot, and the caller rings it after the script
 -- ARGV[1] the write, a JSON object of strings:
 --   job        the job id
 --   expect     '' = do not check, '$new' = create only if the job does not exist, else the expected last id
 --   token      the lease token that fences the write ('' = not fenced)
 --   retention  ms every job key lives after this write
+--   statuses   how many status indexes follow KEYS[10]
+--   ring       present (with the work stream key): ring it with this doorbell field ('line')
 --   due        present: the job's next wake-up in the due schedule (epoch ms)
---   ring       present (with KEYS[10]): ring the work stream with this doorbell field ('line')
---   line       'enter': the job joins the admission line, placed by its first event's id (arrival order);
+--   line       'enter': the job joins the admission line at `place` (arrival order);
 --              'leave': it leaves the line (it is terminal)
+--   place      with 'enter': its score in the line
 --   board      present: a new board version {at, change ('1' = state change), expire (epoch ms),
 --              refresh (ms), now (epoch ms)}
+--   index      present: the listing entry {score (the view's updated_at ms), key (the index of its status,
+--              one of KEYS[11..])}
 -- ARGV[2] job view JSON   ARGV[3] board fold state JSON ('' = no board)   ARGV[4] board report ('' = none)
 -- ARGV[5..] event JSONs, oldest first
 -- Returns {'OK', id1, ...} | {'EXISTS', view JSON} | {'MISSING'} | {'FENCED'} | {'CONFLICT', actual last id}
@@ -41,9 +48,7 @@ for i = 5, #ARGV do
   reply[#reply + 1] = last
 end
 if w.line == 'enter' then
-  -- place = ms * 1000 + seq of the job's first event, built as a string so no digit is lost
-  local ms, seq = string.match(reply[2], '^(%d+)-(%d+)$')
-  redis.call('ZADD', KEYS[9], ms .. string.format('%03d', math.min(tonumber(seq), 999)), w.job)
+  redis.call('ZADD', KEYS[9], w.place, w.job)
 elseif w.line == 'leave' then
   redis.call('ZREM', KEYS[9], w.job)
 end
@@ -56,8 +61,33 @@ redis.call('PEXPIRE', KEYS[2], w.retention)
 if w.due then
   redis.call('ZADD', KEYS[4], w.due, w.job)
 end
-if w.ring and KEYS[10] then
-  redis.call('XADD', KEYS[10], 'MAXLEN', '~', 100000, '*', w.ring, w.job)
+local last_status = 10 + tonumber(w.statuses)
+if w.ring and KEYS[last_status + 1] then
+  redis.call('XADD', KEYS[last_status + 1], 'MAXLEN', '~', 100000, '*', w.ring, w.job)
+end
+
+local x = w.index
+if x then
+  -- The listing (SPEC S3.9): the job under its latest change in the all-jobs index and in the index of
+  -- its status, out of the other status indexes (a ZREM of an absent member is a hash lookup, and needs no
+  -- memory of the previous status). Entries past the retention of this write's time are trimmed: their
+  -- jobs have expired (the reader skips them too).
+  local target = nil
+  for i = 11, last_status do
+    if KEYS[i] == x.key then
+      target = KEYS[i]
+    elseif w.expect ~= '$new' then
+      redis.call('ZREM', KEYS[i], w.job)
+    end
+  end
+  if not target then
+    return redis.error_reply('index key ' .. x.key .. ' is not among KEYS')
+  end
+  local expired = '(' .. (tonumber(x.score) - tonumber(w.retention))
+  redis.call('ZADD', KEYS[10], x.score, w.job)
+  redis.call('ZADD', target, x.score, w.job)
+  redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', expired)
+  redis.call('ZREMRANGEBYSCORE', target, '-inf', expired)
 end
 
 local b = w.board

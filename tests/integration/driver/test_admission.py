@@ -8,6 +8,7 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestClient
 from redis.asyncio import Redis
 
@@ -105,7 +106,7 @@ async def test_a_pinned_limit_is_never_exceeded_and_never_learnt(make_replica: C
 
 
 async def test_a_busy_spell_sends_one_paced_probe_and_the_line_keeps_its_order(
-    make_replica: ClientFactory, sim: Simulator
+    make_replica: ClientFactory, sim: Simulator, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Given a Hermes that refuses every create, and 200 jobs waiting for it
     sim.settings.busy = True
@@ -120,6 +121,8 @@ async def test_a_busy_spell_sends_one_paced_probe_and_the_line_keeps_its_order(
         assert held["hold"]["reason"] == "busy"
         assert held["hold"]["detail"].startswith("Too many concurrent runs")
         assert held["hold"]["since"] >= held["created_at"] - 0.001
+    listed = await (await replica.get("/v1/runs?status=queued&limit=200")).json()
+    assert len(listed["data"]) == 200 and all(item["hold"]["reason"] == "busy" for item in listed["data"])
     spell_s = 1.5
     await asyncio.sleep(spell_s)  # the spell itself: what is measured is how little the broker does during it
     probes = len(create_keys(sim))
@@ -127,6 +130,8 @@ async def test_a_busy_spell_sends_one_paced_probe_and_the_line_keeps_its_order(
     assert probes < 40  # not one per waiting job
     admission = (await readiness(replica))["admission"]
     assert admission["refusing"] is True and admission["reason"] == "busy" and admission["line"] >= 199
+    refusing = [r for r in caplog.records if r.message.startswith("Hermes is refusing creates")]
+    assert len(refusing) == 1 and refusing[0].levelname == "WARNING"  # one warn line per refusal streak
     # When the spell ends, every job runs, in arrival order, none lost and none twice
     sim.settings.busy = False
     done = [await settled(replica, job_id, timeout=60) for job_id in arrival]

@@ -291,7 +291,7 @@ async def test_unknown_paths_answer_404_in_the_envelope(client: TestClient[Any, 
     assert_envelope(await answer.json(), "not_found")
 
 
-@pytest.mark.parametrize(("method", "path"), [("GET", "/v1/runs"), ("DELETE", "/v1/runs"), ("PUT", "/v1/runs/job_1")])
+@pytest.mark.parametrize(("method", "path"), [("PATCH", "/v1/runs"), ("DELETE", "/v1/runs"), ("PUT", "/v1/runs/job_1")])
 async def test_a_wrong_method_answers_405_in_the_envelope(client: TestClient[Any, Any], method: str, path: str) -> None:
     answer = await client.request(method, path)
     assert answer.status == 405

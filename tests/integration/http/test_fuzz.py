@@ -83,6 +83,22 @@ async def test_any_header_values_on_create(
 
 @FUZZ
 @given(
+    path=st.sampled_from(["/v1/runs", "/v1/runs/job_" + "0" * 32 + "/stop", "/v1/runs/job_x/approval"]),
+    origin=st.none() | header_text | st.sampled_from(["null", "http://[::1", "http://h:99999", "https://x.y:443"]),
+    fetch_site=st.none() | header_text | st.sampled_from(["cross-site", "same-site", "same-origin", "none"]),
+)
+async def test_any_origin_and_fetch_site_on_state_changing_routes(
+    client: TestClient[Any, Any], path: str, origin: str | None, fetch_site: str | None
+) -> None:
+    headers = {name: value for name, value in (("Origin", origin), ("Sec-Fetch-Site", fetch_site)) if value is not None}
+    answer = await client.post(path, data=b'{"input":"fuzz","choice":"once"}', headers=headers)
+    await _check(answer)
+    if fetch_site is not None and fetch_site.strip().lower() == "cross-site":
+        assert answer.status == 403
+
+
+@FUZZ
+@given(
     route=st.sampled_from(ROUTES),
     method=st.sampled_from(METHODS),
     segment=st.text(min_size=1, max_size=80) | st.sampled_from(["job_", "job_" + "0" * 32, "reviews", "..", "%"]),

@@ -20,13 +20,14 @@ from redis.asyncio import Redis
 from redis.crc import key_slot
 from redis.exceptions import ClusterCrossSlotError
 
-from broker.events import HoldReason, JobCreated
+from broker.events import HoldReason, JobCreated, JobStatus
 from broker.store import keys, scripts
 from broker.store.admission import AdmissionStore, Pacing
 from broker.store.board import BoardStore, OutboxEntry
 from broker.store.connection import connect
 from broker.store.jobs import BoardWrite, JobStore
 from broker.store.leases import Leases
+from broker.store.listing import IndexRepair, Listing
 from broker.store.rebuild import RebuildStore, Replacement
 from broker.store.scripts import NAMES, Scripts, source
 from projections.board import BoardState
@@ -187,6 +188,22 @@ async def _release_lock(redis: Redis) -> object:
     return await store.release(keys.board_lock(JOB), "t")
 
 
+async def _reindex(redis: Redis) -> object:
+    event = JobCreated(job_id=JOB, at_ms=1_000, body='{"input":"x"}', fingerprint="f")
+    view = apply(None, event)
+    assert view is not None
+    await redis.hset(keys.view(JOB), "last_id", "1-1")  # type: ignore[misc]
+    return await IndexRepair(redis).job(view, "1-1", write=True)
+
+
+async def _list_statuses(redis: Redis) -> object:
+    return await Listing(redis, retention_ms=60_000).page([JobStatus.QUEUED, JobStatus.RUNNING], 10, None, 2_000)
+
+
+async def _list_one_status(redis: Redis) -> object:
+    return await Listing(redis, retention_ms=60_000).page([JobStatus.QUEUED], 10, None, 2_000)
+
+
 SINGLE_SLOT: list[tuple[str, Operation]] = [
     ("append_events (create)", _create),
     ("append_events (append with board and due)", _append),
@@ -207,6 +224,9 @@ SINGLE_SLOT: list[tuple[str, Operation]] = [
     ("board outbox ack+delete (MULTI)", _board_outbox_done),
     ("board outbox handover (MULTI)", _board_handover),
     ("release_lock", _release_lock),
+    ("reindex_job", _reindex),
+    ("listing read of one status", _list_one_status),
+    ("listing read over two statuses", _list_statuses),
 ]
 
 #: The scripts each operation above runs (every script of the store must be covered).
@@ -214,6 +234,7 @@ COVERED = {
     "append_events", "acquire_lease", "renew_lease", "release_lease", "promote_due", "admission_admit",
     "admission_claim", "admission_grant", "admission_accepted", "admission_refused", "admission_release",
     "admission_requeue", "admission_unreserve", "replace_view", "board_ack", "board_promote", "release_lock",
+    "reindex_job",
 }  # fmt: skip
 
 

@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from broker.admission.state import line_place
 from broker.driver import decide
 from broker.driver.decide import Append, Done, Follow, Policy, Queue, StopRun, Submit
 from broker.events import HoldReason, JobCreated, JobEvent, JobStatus, RunAccepted, StopRequested
@@ -98,7 +99,7 @@ class Driving(RuleBasedStateMachine):
     def the_line_grants_a_slot(self) -> None:
         action = self.action()
         assert isinstance(action, Queue) and action.deadline_ms > self.now
-        assert action.place == decide.line_place(self.view)
+        assert action.place == line_place(self.view)
         self.admitted = True
 
     @precondition(lambda self: isinstance(self.action(), Append))

@@ -1,0 +1,141 @@
+"""What the console pages show, gathered from the same sources as the API: /readyz's report, the listing
+(S3.9), the job object (S3.2), its SSE feed (S3.3) and the board hash. Never the input or instructions."""
+
+from __future__ import annotations
+
+import collections
+import datetime
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+from aiohttp import web
+from attrs import frozen
+
+from broker.events import JobStatus
+from broker.http import appkeys
+from broker.http.health import ready_report
+from broker.http.listing import Query, encode_cursor, list_page
+from broker.http.render import job_object
+from broker.store.board import BoardStore
+from broker.store.jobs import Snapshot
+from broker.store.listing import Listing
+from broker.store.stats import board_outbox_lag
+from projections.feed import shown
+
+HELD_SCAN = 400  #: queued jobs (newest change first) looked at for the held-by-reason counts
+TIMELINE_LIMIT = 5000  #: events rendered into the page; the live stream carries on after the last one
+SUMMARY_FIELDS = ("tool", "preview", "delta", "reason", "detail", "command", "choice", "error", "output")
+SUMMARY_CHARS = 200
+ACTIVE = "queued,running,waiting_for_approval,stopping"
+FILTERS = ("", ACTIVE, *(status.value for status in JobStatus))
+
+
+def when(seconds: float | None) -> str:
+    """Epoch seconds as a UTC time (the format console.js writes too)."""
+    if seconds is None:
+        return "—"
+    moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def shown_value(value: Any) -> str:
+    """A field value as text (the format console.js writes too): strings as they are, the rest as JSON."""
+    if value is None:
+        return "—"
+    if isinstance(value, str):
+        return value
+    return orjson.dumps(value).decode()
+
+
+def summary(payload: Mapping[str, Any]) -> str:
+    """A short line of an event's notable fields."""
+    parts = []
+    for name in SUMMARY_FIELDS:
+        if payload.get(name) is not None:
+            text = shown_value(payload[name])
+            parts.append(f"{name}: {text[:SUMMARY_CHARS]}{'…' if len(text) > SUMMARY_CHARS else ''}")
+    return " · ".join(parts)
+
+
+@frozen
+class Row:
+    job: dict[str, Any]  #: the job object
+
+    @property
+    def title(self) -> str:
+        context = self.job.get("context")
+        return str(context["title"]) if context else ""
+
+    @property
+    def hold_reason(self) -> str:
+        hold = self.job["hold"]
+        return str(hold["reason"]) if hold else ""
+
+
+async def overview(app: web.Application, query: Mapping[str, str]) -> dict[str, Any]:
+    parsed = Query.parse(query)
+    report = await ready_report(app)
+    page = await list_page(app, parsed)
+    admission = report.get("admission")
+    return {
+        "report": report,
+        "admission": admission if isinstance(admission, dict) else None,
+        **await _held_by_reason(app),
+        "board_lag": await board_outbox_lag(app[appkeys.redis_key]) if app[appkeys.config_key].board_enabled else None,
+        "rows": [Row(job_object(view)) for view in page.jobs],
+        "status": ",".join(status.value for status in parsed.statuses),
+        "limit": parsed.limit,
+        "next_cursor": encode_cursor(page.next) if page.next else None,
+        "filters": FILTERS,
+    }
+
+
+async def _held_by_reason(app: web.Application) -> dict[str, Any]:
+    """`held`: reason -> count over the queued jobs; `held_scanned`: how many were looked at when not all."""
+    listing = Listing(app[appkeys.redis_key], retention_ms=app[appkeys.config_key].runs_retention_ms)
+    counts: collections.Counter[str] = collections.Counter()
+    after, looked, more = None, 0, True
+    while more and looked < HELD_SCAN:
+        page = await listing.page([JobStatus.QUEUED], 200, after, app[appkeys.clock_key].now_ms())
+        shown = await app[appkeys.service_key].with_line_holds(page.jobs)  # the line's hold, as GET shows it
+        counts.update(view.hold.reason.value for view in shown if view.hold is not None)
+        looked += len(page.jobs)
+        after, more = page.next, page.next is not None
+    return {"held": dict(sorted(counts.items())), "held_scanned": looked if more else None}
+
+
+async def job_page(app: web.Application, snapshot: Snapshot) -> dict[str, Any]:
+    job_id = snapshot.view.job_id
+    entries = await app[appkeys.store_key].read(job_id, count=TIMELINE_LIMIT)
+    timeline = [
+        {"id": entry_id, "event": str(doc.get("event", "")), "at": when(doc.get("timestamp")), "summary": summary(doc)}
+        for entry_id, doc, _ in shown(job_id, entries)
+    ]
+    job = job_object(await app[appkeys.service_key].with_line_hold(snapshot.view))
+    return {
+        "job": job,
+        "fields": [(name, value) for name, value in job.items() if name != "object"],
+        "terminal": snapshot.view.status.terminal,
+        "timeline": timeline,
+        "last_event_id": entries[-1][0] if entries else "",
+        "truncated": len(entries) >= TIMELINE_LIMIT,
+        "board": await _board(app, job_id) if app[appkeys.config_key].board_enabled else None,
+    }
+
+
+async def _board(app: web.Application, job_id: str) -> dict[str, str] | None:
+    entry = await BoardStore(app[appkeys.redis_key]).load(job_id)
+    if entry is None:
+        return None
+    state = orjson.loads(entry.latest).get("state") if entry.latest else None
+    delivery = "acknowledged" if entry.acked_at == entry.latest_at else "pending"
+    return {
+        "state": shown_value(state),
+        "latest at": str(entry.latest_at),
+        "delivery": delivery,
+        "pending version": shown_value(entry.pending_at),
+        "acknowledged version": shown_value(entry.acked_at),
+        "last delivered": when(entry.delivered_ms / 1000) if entry.delivered_ms else "—",
+        "expires": when(entry.expire_at / 1000),
+    }

@@ -1,0 +1,1 @@
+"""`python -m broker.demo`: the whole story in one terminal (SPEC S7)."""

@@ -1,0 +1,87 @@
+"""`python -m broker.demo [--once] [--port P]`: starts the embedded Redis, the Hermes simulator, two broker
+replicas and a board receiver, prints the console URL, plays a handful of jobs and prints their progress,
+then leaves everything up until Ctrl-C. `--once` exits after the jobs: 0 when each ended as expected."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+
+from broker.demo import processes
+from broker.demo.story import Story
+from broker.store.embedded import EmbeddedRedis
+
+STORY_TIMEOUT_S = 55.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m broker.demo", description=__doc__)
+    parser.add_argument("--once", action="store_true", help="play the jobs, then exit (0: all ended as expected)")
+    parser.add_argument("--port", type=int, default=0, help="port of the first replica and its console (default: free)")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+
+    def say(line: str) -> None:
+        print(f"[{time.monotonic() - started:5.1f}s] {line}", flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="broker-demo-") as directory:
+        work = Path(directory)
+        with EmbeddedRedis(str(work / "data")) as redis_url:
+            return asyncio.run(_demo(redis_url, work, args.port or processes.free_port(), args.once, say))
+
+
+async def _demo(redis_url: str, work: Path, port: int, once: bool, say: processes.Say) -> int:
+    ports = {"hermes": processes.free_port(), "board": processes.free_port(), "replica 2": processes.free_port()}
+    hermes = f"http://127.0.0.1:{ports['hermes']}"
+    board = f"http://127.0.0.1:{ports['board']}/board"
+    replicas = [f"http://127.0.0.1:{port}", f"http://127.0.0.1:{ports['replica 2']}"]
+    print(f"Console: {replicas[0]}/console   (logs under {work})", flush=True)
+    receiver = web.AppRunner(processes.receiver(say), access_log=None)
+    await receiver.setup()
+    await web.TCPSite(receiver, "127.0.0.1", ports["board"]).start()
+    children = [processes.simulator(ports["hermes"], work)]
+    try:
+        for index, url in enumerate(replicas):
+            children.append(
+                processes.broker(f"replica-{index + 1}", int(url.rsplit(":", 1)[1]), redis_url, hermes, board, work)
+            )
+        async with aiohttp.ClientSession() as session:
+            await processes.wait_until_up(session, children[0], f"{hermes}/health")
+            for child, url in zip(children[1:], replicas, strict=True):
+                await processes.wait_until_up(session, child, f"{url}/healthz")
+            say(f"up      redis {redis_url}, hermes simulator {hermes}, replicas {', '.join(replicas)}")
+            try:
+                ok = await asyncio.wait_for(Story(session, replicas, hermes, say).run(), STORY_TIMEOUT_S)
+            except TimeoutError:
+                say("result  the jobs did not end in time")
+                ok = False
+            if not once:
+                say(f"ready   the console is at {replicas[0]}/console — Ctrl-C to stop")
+                await _until_interrupted()
+        return 0 if ok else 1
+    finally:
+        for child in reversed(children):
+            child.stop()
+        await receiver.cleanup()
+
+
+async def _until_interrupted() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        sys.exit(main())

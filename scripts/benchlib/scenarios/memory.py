@@ -1,0 +1,135 @@
+"""Rows 5 and 6: idle cost and memory. No baseline: the targets stand in the baseline column.
+
+idle: N idle SSE clients (10 per job) on one replica, following jobs held while Hermes is busy: the broker's
+RSS (/proc/<pid>/status) and the Redis connections (CLIENT LIST, less the benchmark's own).
+memory: Redis `used_memory` delta per queued job (Hermes busy) and per finished job (`tools:6`: 20 events,
+context, board reports on to a dummy receiver answering 200), each over M jobs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiohttp
+
+from benchlib.figures import Row
+from benchlib.load import create_body, gather_limited, post_json
+from benchlib.procs import Services, free_port
+from benchlib.run import Plan, get_json, settled_jobs, sim_settled, wait_until
+from broker.store import keys
+
+SUBSCRIBERS_PER_JOB = 10
+SETTLE_S = 2.0
+
+
+async def clients(services: Services) -> int:
+    return len(await services.r.client_list())
+
+
+async def idle_round(services: Services, plan: Plan) -> tuple[float, float, int]:
+    """(RSS MB with the clients, RSS MB before them, Redis connections with the clients)."""
+    await services.reset(busy=True)
+    own = await clients(services)
+    async with services.brokers(1) as (broker,):
+        connector = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
+            count = max(1, plan.idle_clients // SUBSCRIBERS_PER_JOB)
+            body = create_body("bench idle")
+            create = f"{broker.url}/v1/runs"
+            jobs = await gather_limited(32, list(range(count)), lambda _: post_json(session, create, body))
+            await asyncio.sleep(SETTLE_S)
+            before = broker.rss_mb()
+            attached: list[int] = [0]
+            streams = [str(job["run_id"]) for job in jobs for _ in range(SUBSCRIBERS_PER_JOB)][: plan.idle_clients]
+            responses: list[aiohttp.ClientResponse] = []
+
+            async def attach(job_id: str) -> None:
+                answer = await session.get(f"{broker.url}/v1/runs/{job_id}/events")
+                await answer.content.readuntil(b"\n\n")  # the replayed job.queued
+                responses.append(answer)
+                attached[0] += 1
+
+            try:
+                await gather_limited(200, streams, attach)
+                await asyncio.sleep(SETTLE_S)
+                rss, connections = broker.rss_mb(), await clients(services) - own
+            finally:
+                for answer in responses:
+                    answer.close()
+    return rss, before, connections
+
+
+async def queued_round(services: Services, plan: Plan) -> float:
+    await services.reset(busy=True)
+    async with services.brokers(1) as (broker,):
+        await asyncio.sleep(SETTLE_S)
+        used = int((await services.r.info("memory"))["used_memory"])
+        async with aiohttp.ClientSession() as session:
+            body = create_body("bench memory queued")
+            create = f"{broker.url}/v1/runs"
+            await gather_limited(32, list(range(plan.memory_jobs)), lambda _: post_json(session, create, body))
+        await asyncio.sleep(SETTLE_S)
+        after = int((await services.r.info("memory"))["used_memory"])
+    return (after - used) / plan.memory_jobs / 1024
+
+
+async def finished_round(services: Services, plan: Plan) -> tuple[float, int]:
+    """(KB per finished job, events in one job's stream)."""
+    await services.reset()
+    port = free_port()
+    receiver = f"http://127.0.0.1:{port}"
+    async with services.baseline("receiver.py", {"PORT": str(port)}, health=f"{receiver}/count"):
+        env = {"BOARD_ENABLED": "true", "BOARD_URL": f"{receiver}/"}
+        async with services.brokers(1, env) as (broker,):
+            await asyncio.sleep(SETTLE_S)
+            used = int((await services.r.info("memory"))["used_memory"])
+            async with aiohttp.ClientSession() as session:
+                body = create_body("bench memory finished tools:6")
+                created = await gather_limited(32, list(range(plan.memory_jobs)),
+                                               lambda _: post_json(session, f"{broker.url}/v1/runs", body))  # fmt: skip
+                await sim_settled(services, session, plan.memory_jobs, timeout_s=120)
+                ids = [str(job["run_id"]) for job in created]
+                await settled_jobs(session, broker.url, ids, timeout_s=60)
+                await delivered(session, receiver)
+            after = int((await services.r.info("memory"))["used_memory"])
+            events = int(await services.r.xlen(keys.events(ids[0])))
+    return (after - used) / plan.memory_jobs / 1024, events
+
+
+async def delivered(session: aiohttp.ClientSession, receiver: str) -> None:
+    """Wait until the receiver's count stops moving for a second (every board delivery is done)."""
+    last, since = -1, time.monotonic()
+
+    async def quiet() -> bool:
+        nonlocal last, since
+        count = int(str((await get_json(session, f"{receiver}/count"))["received"]))
+        if count != last:
+            last, since = count, time.monotonic()
+        return count > 0 and time.monotonic() - since > 1.0
+
+    await wait_until(quiet, 60, "board deliveries")
+
+
+async def run_idle(services: Services, plan: Plan) -> list[Row]:
+    name = f"idle SSE, {plan.idle_clients} clients"
+    rss = Row(name, "broker RSS MB", target="target 250 MB", ideal=250)
+    connections = Row(name, "Redis connections", target="target 10", ideal=10)
+    value, before, count = await idle_round(services, plan)
+    rss.broker.append(value)
+    connections.broker.append(count)
+    rss.note = f"{before:.0f} MB before the clients; 1 replica, {SUBSCRIBERS_PER_JOB} clients per held job"
+    return [rss, connections]
+
+
+async def run_memory(services: Services, plan: Plan) -> list[Row]:
+    queued = Row("memory per queued job", "KB", target="target 2.5 KB", ideal=2.5)
+    finished = Row("memory per finished job", "KB", target="target 4 KB", ideal=4.0)
+    events = 0
+    for _ in range(plan.memory_rounds):
+        queued.broker.append(await queued_round(services, plan))
+        per_job, events = await finished_round(services, plan)
+        finished.broker.append(per_job)
+    queued.note = f"{plan.memory_jobs} jobs, Hermes busy"
+    finished.note = f"{plan.memory_jobs} jobs, {events} events each, context, board on"
+    return [queued, finished]

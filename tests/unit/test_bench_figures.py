@@ -1,0 +1,54 @@
+"""The benchmark's own arithmetic: wrk's output, percentiles, the table (scripts/benchlib)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+
+from benchlib.figures import Row, markdown, percentile
+from benchlib.load import create_body, parse_wrk
+
+WRK_OUTPUT = """Running 3s test @ http://127.0.0.1:40000
+  2 threads and 64 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency    12.01ms    3.02ms  40.11ms   80.00%
+  Latency Distribution
+     50%   11.10ms
+     75%   13.00ms
+     90%   15.20ms
+     99%    1.25s
+  15912 requests in 3.00s, 9.10MB read
+  Socket errors: connect 0, read 2, write 0, timeout 1
+  Non-2xx or 3xx responses: 4
+Requests/sec:   5303.71
+Transfer/sec:      3.03MB
+"""
+
+
+def test_wrk_output_gives_rate_latencies_and_failures() -> None:
+    result = parse_wrk(WRK_OUTPUT)
+    assert (result.rate, result.p50_ms, result.p99_ms) == (5303.71, 11.1, 1250.0)
+    assert (result.requests, result.failed) == (15912, 7)
+
+
+def test_percentile_is_nearest_rank() -> None:
+    values = [float(n) for n in range(1, 101)]
+    assert (percentile(values, 50), percentile(values, 99), percentile(values, 100)) == (50.0, 99.0, 100.0)
+    assert percentile([3.0], 99) == 3.0
+
+
+def test_the_table_shows_median_range_and_ratio_and_escapes_pipes() -> None:
+    rows = [Row("create c8", "req/s", [1.0, 3.0, 2.0], [4.0, 4.0]), Row("a|b", "KB", [5.0], target="target 2.5 KB")]
+    lines = markdown(rows).splitlines()
+    assert lines[2] == "| create c8 | req/s | 2.00 (1.00-3.00, n=3) | 4.00 (4.00-4.00, n=2) | 0.50x |"
+    assert lines[3] == "| a\\|b | KB | 5.00 (n=1) | target 2.5 KB | - |"
+
+
+def test_the_create_body_is_about_724_bytes_with_a_context_of_three_links() -> None:
+    body = orjson.loads(create_body())
+    assert len(create_body()) == 724
+    assert len(body["context"]["links"]) == 3 and body["context"]["title"]
