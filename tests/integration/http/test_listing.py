@@ -20,8 +20,10 @@ from redis.asyncio import Redis
 from broker.ids import job_id_for_key
 from broker.store import keys
 from broker.store.keys import partition_of
-from tests.conftest import RedisServer
+from tests.conftest import BOTH_BACKENDS
 from tests.integration.conftest import ClientFactory
+
+pytestmark = BOTH_BACKENDS
 
 SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "rebuild_projections.py"
 JSON = {"Content-Type": "application/json"}
@@ -186,8 +188,9 @@ async def test_an_index_entry_of_a_vanished_job_is_skipped(client: TestClient[An
     assert sorted(job["run_id"] for job in listed) == sorted([jobs[3], jobs[2], jobs[0]])
 
 
-async def _rebuild(redis_server: RedisServer, *args: str) -> tuple[int, list[dict[str, Any]]]:
-    env = {**os.environ, "REDIS_URL": redis_server.url, "PYTHONPATH": str(SCRIPT.parents[1])}  # this tree's broker
+async def _rebuild(redis_target: tuple[str, bool], *args: str) -> tuple[int, list[dict[str, Any]]]:
+    url, cluster = redis_target
+    env = {**os.environ, "REDIS_URL": url, "REDIS_CLUSTER": str(cluster).lower(), "PYTHONPATH": str(SCRIPT.parents[1])}
     done = await asyncio.to_thread(
         subprocess.run, [sys.executable, str(SCRIPT), *args], env=env, capture_output=True, timeout=60, check=False
     )
@@ -195,13 +198,13 @@ async def _rebuild(redis_server: RedisServer, *args: str) -> tuple[int, list[dic
 
 
 async def test_the_rebuild_restores_the_index_from_the_streams(
-    client: TestClient[Any, Any], redis: Redis, redis_server: RedisServer
+    client: TestClient[Any, Any], redis: Redis, redis_target: tuple[str, bool]
 ) -> None:
     # Given listed jobs in two statuses
     jobs = [await _create(client, f"r {n}") for n in range(3)]
     await _stop(client, jobs[0])
     before = await _all_pages(client)
-    assert (await _rebuild(redis_server))[1][-1]["differing"] == 0
+    assert (await _rebuild(redis_target))[1][-1]["differing"] == 0
     # When the index is lost, and a stale entry is left for a job that is gone
     for job_id in jobs:
         partition = keys.partition_of(job_id)
@@ -210,18 +213,18 @@ async def test_the_rebuild_restores_the_index_from_the_streams(
     await redis.zadd(keys.runs_index(keys.partition_of("job_gone"), "running"), {"job_gone": 1})
     assert (await _list(client))["data"] == []
     # Then a dry run reports each entry and changes nothing
-    code, lines = await _rebuild(redis_server)
+    code, lines = await _rebuild(redis_target)
     assert code == 1 and lines[-1]["differing"] == 4
     assert {line["job"] for line in lines[:-1]} == {*jobs, "job_gone"}
     assert (await _list(client))["data"] == []
     # And --write rebuilds it: the listing is the same again, and a later change keeps it right
-    code, lines = await _rebuild(redis_server, "--write")
+    code, lines = await _rebuild(redis_target, "--write")
     assert code == 0
     assert await _all_pages(client) == before
     assert await redis.zscore(keys.runs_index(keys.partition_of("job_gone"), "running"), "job_gone") is None
     await _stop(client, jobs[1])
     assert {job["run_id"] for job in await _all_pages(client, status="queued")} == {jobs[2]}
-    assert (await _rebuild(redis_server))[1][-1]["differing"] == 0
+    assert (await _rebuild(redis_target))[1][-1]["differing"] == 0
 
 
 async def test_a_job_stored_before_the_index_is_indexed_under_its_status_on_its_next_write(
