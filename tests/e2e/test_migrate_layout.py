@@ -20,23 +20,25 @@ from tests.conftest import RedisServer
 from tests.e2e.conftest import ROOT, BrokerFactory, SimulatorProcess, until
 from tests.e2e.test_takeover import create_jobs, statuses
 
-#: The last commit of main with the layout before partitions (`hbr:{J}:*`, `hbr:work`, `hbr:due`, ...).
-LAYOUT_1_COMMIT = "e674966"
+#: Commits of main with the layout before partitions (`hbr:{J}:*`, `hbr:work`, `hbr:due`, ...): the one this
+#: branch started from, and the last one before the merge (it adds the listing indexes `hbr:runs*`).
+LAYOUT_1_COMMITS = ("e674966", "f41c631")
 FAST = {"RUNS_POLL_INTERVAL": "200", "RUNS_BACKOFF": "50", "RUNS_BACKOFF_MAX": "200", "RUNS_LEASE": "1500"}
 
 
-@pytest.fixture(scope="module")
-def old_broker(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Today's main before partitions, checked out (broker/ and projections/ only) into a temp dir."""
+@pytest.fixture(scope="module", params=LAYOUT_1_COMMITS)
+def old_broker(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Main before partitions, checked out (broker/ and projections/ only) into a temp dir."""
+    commit = str(request.param)
     archive = subprocess.run(
-        ["git", "archive", "--format=tar", LAYOUT_1_COMMIT, "broker", "projections"],
+        ["git", "archive", "--format=tar", commit, "broker", "projections"],
         cwd=ROOT,
         capture_output=True,
         check=False,
     )
     if archive.returncode != 0:
-        pytest.fail(f"cannot check out {LAYOUT_1_COMMIT} (needs the git history): {archive.stderr.decode()}")
-    target = tmp_path_factory.mktemp("layout-1")
+        pytest.fail(f"cannot check out {commit} (needs the git history): {archive.stderr.decode()}")
+    target = tmp_path_factory.mktemp(f"layout-1-{commit}")
     with tarfile.open(fileobj=BytesIO(archive.stdout)) as tar:
         tar.extractall(target, filter="data")
     return target
