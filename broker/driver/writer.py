@@ -55,7 +55,13 @@ class Writer:
             board = await self._board_write(job_id, snapshot, events)
             try:
                 ids = await self.store.append(
-                    job_id, events, view, expected_last_id=snapshot.last_id, lease_token=lease_token, board=board
+                    job_id,
+                    events,
+                    view,
+                    expected_last_id=snapshot.last_id,
+                    lease_token=lease_token,
+                    board=board,
+                    before=snapshot.view,
                 )
             except StreamConflict:
                 log.debug("Retried an append after a concurrent write.", extra={"job": job_id})

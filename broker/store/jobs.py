@@ -86,12 +86,21 @@ class JobStore:
         lease_token: str | None = None,
         board: BoardWrite | None = None,
         due_at: int | None = None,
+        before: JobView | None = None,
     ) -> list[str]:
         """Append `events` with `view` (their fold); raise StreamConflict, LeaseLost or JobNotFound.
 
-        `due_at`: the job's next wake-up in the due schedule, set in the same write."""
+        `due_at`: the job's next wake-up in the due schedule, set in the same write; `before`: the view the
+        events were folded onto (its listing entry then moves only when the status or updated_at changed)."""
         reply = await self._write(
-            job_id, events, view, expected=expected_last_id or "", token=lease_token, board=board, due_at=due_at
+            job_id,
+            events,
+            view,
+            expected=expected_last_id or "",
+            token=lease_token,
+            board=board,
+            due_at=due_at,
+            before=before,
         )
         match reply[0]:
             case "OK":
@@ -114,6 +123,7 @@ class JobStore:
         ring: str | None = None,
         due_at: int | None = None,
         board: BoardWrite | None = None,
+        before: JobView | None = None,
     ) -> list[str]:
         """One append_events.lua over the job's partition (one slot; on a single Redis also the work stream,
         when `ring`); acknowledged after WAIT when asked."""
@@ -123,11 +133,10 @@ class JobStore:
             "token": token or "",
             "retention": str(self._retention_ms),
             "statuses": str(len(JobStatus)),
-            "index": {
-                "score": str(view.updated_at_ms),
-                "key": keys.runs_index(keys.partition_of(job_id), view.status.value),
-            },
         }
+        index = _index_entry(keys.partition_of(job_id), view, before, created=expected == "$new")
+        if index is not None:
+            write["index"] = index
         if due_at is not None:
             write["due"] = str(due_at)
         if ring is not None and not self._cluster:
@@ -202,3 +211,17 @@ class JobStore:
 def _entries(reply: object) -> list[tuple[str, dict[str, str]]]:
     # redis-py types stream replies loosely; with decode_responses=True they are str pairs.
     return cast(list[tuple[str, dict[str, str]]], reply)
+
+
+def _index_entry(partition: int, view: JobView, before: JobView | None, *, created: bool) -> dict[str, str] | None:
+    """The listing update of a write (SPEC S3.9), or None when the job's place in it does not change."""
+    entry = {"score": str(view.updated_at_ms), "key": keys.runs_index(partition, view.status.value)}
+    if created:
+        return entry
+    if before is None:
+        return {**entry, "sweep": "1"}  # the previous status is unknown: leave every other index
+    if before.status is view.status and before.updated_at_ms == view.updated_at_ms:
+        return None  # e.g. message deltas: nothing a listing orders or filters by changed
+    if before.status is not view.status:
+        entry["from"] = keys.runs_index(partition, before.status.value)
+    return entry

@@ -22,8 +22,9 @@
 --   place      with 'enter': its score in the line
 --   board      present: a new board version {at, change ('1' = state change), expire (epoch ms),
 --              refresh (ms), now (epoch ms)}
---   index      present: the listing entry {score (the view's updated_at ms), key (the index of its status,
---              one of KEYS[11..])}
+--   index      present (the job's status or updated_at changed): the listing entry {score (the view's
+--              updated_at ms), key (the index of its status, one of KEYS[11..]), from (present: the index of
+--              its previous status), sweep (present: previous status unknown, leave every other index)}
 -- ARGV[2] job view JSON   ARGV[3] board fold state JSON ('' = no board)   ARGV[4] board report ('' = none)
 -- ARGV[5..] event JSONs, oldest first
 -- Returns {'OK', id1, ...} | {'EXISTS', view JSON} | {'MISSING'} | {'FENCED'} | {'CONFLICT', actual last id}
@@ -69,25 +70,29 @@ end
 local x = w.index
 if x then
   -- The listing (SPEC S3.9): the job under its latest change in the all-jobs index and in the index of
-  -- its status, out of the other status indexes (a ZREM of an absent member is a hash lookup, and needs no
-  -- memory of the previous status). Entries past the retention of this write's time are trimmed: their
-  -- jobs have expired (the reader skips them too).
-  local target = nil
+  -- its status, out of its previous status's index. Entries past the retention of this write's time are
+  -- trimmed from the indexes a job enters (their jobs have expired; the reader skips them too).
+  local target, from = nil, nil
   for i = 11, last_status do
     if KEYS[i] == x.key then
       target = KEYS[i]
-    elseif w.expect ~= '$new' then
+    elseif KEYS[i] == x.from or x.sweep then
+      from = KEYS[i]
       redis.call('ZREM', KEYS[i], w.job)
     end
   end
-  if not target then
-    return redis.error_reply('index key ' .. x.key .. ' is not among KEYS')
+  if not target or (x.from and not from) then
+    return redis.error_reply('index key not among KEYS')
   end
-  local expired = '(' .. (tonumber(x.score) - tonumber(w.retention))
   redis.call('ZADD', KEYS[10], x.score, w.job)
   redis.call('ZADD', target, x.score, w.job)
-  redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', expired)
-  redis.call('ZREMRANGEBYSCORE', target, '-inf', expired)
+  if w.expect == '$new' or from then
+    local expired = '(' .. (tonumber(x.score) - tonumber(w.retention))
+    if w.expect == '$new' then
+      redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', expired)
+    end
+    redis.call('ZREMRANGEBYSCORE', target, '-inf', expired)
+  end
 end
 
 local b = w.board

@@ -7,7 +7,7 @@ from redis.asyncio import Redis
 
 from broker.codec import decode_view
 from broker.errors import JobNotFound, LeaseLost, StreamConflict
-from broker.events import HoldReason, JobCreated, JobEvent, JobHeld, RunAccepted, StopRequested
+from broker.events import HermesEventRecorded, HoldReason, JobCreated, JobEvent, JobHeld, RunAccepted, StopRequested
 from broker.store import keys
 from broker.store.jobs import JobStore
 from projections.job import JobView, fold
@@ -145,3 +145,30 @@ async def test_an_unreadable_view_is_refolded_from_the_stream(store: JobStore, r
     snapshot = await store.load(JOB)
     assert snapshot is not None
     assert (snapshot.view, snapshot.last_id) == (_view(*_holds(1)), held)
+
+
+async def _commands(redis: Redis) -> dict[str, int]:
+    stats = await redis.info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(value["calls"]) for name, value in stats.items()}
+
+
+async def test_a_write_that_changes_neither_status_nor_updated_at_leaves_the_listing_alone(
+    store: JobStore, redis: Redis, backend: str
+) -> None:
+    if backend == "cluster":
+        pytest.skip("counts the commands of one Redis (INFO commandstats)")
+    # Given an accepted job (message deltas move neither its status nor its updated_at, as in Hermes)
+    last = await _create(store)
+    accepted = RunAccepted(job_id=JOB, at_ms=T0 + 1, attempt=1, hermes_run_id="run_1")
+    running = _view(accepted)
+    [last] = await store.append(JOB, [accepted], running, expected_last_id=last, before=_view())
+    delta = HermesEventRecorded(
+        job_id=JOB, at_ms=T0 + 2, attempt=1, hermes_run_id="run_1", name="message.delta", payload="{}"
+    )
+    # When a batch of deltas is appended
+    await redis.config_resetstat()
+    await store.append(JOB, [delta, delta], fold([delta, delta], running), expected_last_id=last, before=running)  # type: ignore[arg-type]
+    # Then the write touched no listing index: only the stream, the view and retention
+    calls = await _commands(redis)
+    assert "zadd" not in calls and "zrem" not in calls and calls["xadd"] == 2
+    assert await redis.zscore(keys.runs_index(keys.partition_of(JOB), "running"), JOB) == T0 + 1

@@ -1,0 +1,59 @@
+"""What a waiting job shows of the admission line (SPEC S3.2 `hold`, S4.1), and its place in the line."""
+
+from __future__ import annotations
+
+from broker.admission.state import LineState, line_place, oldest_wait_ms, shown_hold
+from broker.events import HoldReason, JobCreated, JobHeld, RunAccepted, RunInterrupted, RunResubmitted
+from projections.job import Hold, JobView, fold
+
+JOB = "job_" + "1" * 32
+T0 = 1_796_005_747_391
+
+
+def view(*events: object) -> JobView:
+    folded = fold([JobCreated(job_id=JOB, at_ms=T0, body="{}", fingerprint="f"), *events])  # type: ignore[list-item]
+    assert folded is not None
+    return folded
+
+
+def line(**changes: object) -> LineState:
+    fields: dict[str, object] = {"limit": 10, "learnt": True, "live": 3, "waiting": 5, "oldest_wait_ms": 100}
+    return LineState(**{**fields, **changes})  # type: ignore[arg-type]
+
+
+def test_a_waiting_job_shows_the_refusal_with_its_own_since_and_the_line_retry_at() -> None:
+    refusing = line(refusing=HoldReason.BUSY, detail="Too many concurrent runs (max 10)", retry_at_ms=T0 + 9_000)
+    assert shown_hold(view(), refusing, T0 + 5_000) == Hold(
+        HoldReason.BUSY, T0, T0 + 9_000, "Too many concurrent runs (max 10)"
+    )
+
+
+def test_a_job_that_was_the_probe_keeps_the_since_of_its_first_hold() -> None:
+    held = JobHeld(job_id=JOB, at_ms=T0 + 2_000, reason=HoldReason.UNAVAILABLE, retry_at_ms=T0 + 3_000, since_ms=T0)
+    refusing = line(refusing=HoldReason.UNAVAILABLE, detail="Hermes refused the connection.", retry_at_ms=T0 + 7_000)
+    shown = shown_hold(view(held), refusing, T0 + 6_000)
+    assert shown is not None and (shown.since_ms, shown.retry_at_ms) == (T0, T0 + 7_000)
+
+
+def test_a_full_limit_is_a_busy_hold_in_the_broker_words() -> None:
+    shown = shown_hold(view(), line(live=10), T0 + 1_000)
+    assert shown == Hold(HoldReason.BUSY, T0, T0 + 1_000, "Hermes is at capacity (10 live runs).")
+
+
+def test_no_hold_when_the_line_has_room_or_the_job_runs_or_ended() -> None:
+    accepted = RunAccepted(job_id=JOB, at_ms=T0 + 1, attempt=1, hermes_run_id="run_1")
+    refusing = line(refusing=HoldReason.BUSY, detail="x", retry_at_ms=T0 + 9_000)
+    assert shown_hold(view(), line(), T0 + 1) is None
+    assert shown_hold(view(accepted), refusing, T0 + 2) is None
+
+
+def test_a_resubmit_is_placed_ahead_of_every_first_attempt() -> None:
+    first = line_place(view())
+    resubmitted = view(
+        RunAccepted(job_id=JOB, at_ms=T0 + 1, attempt=1, hermes_run_id="run_1"),
+        RunInterrupted(job_id=JOB, at_ms=T0 + 2, attempt=1, hermes_run_id="run_1", reason="not_found"),
+        RunResubmitted(job_id=JOB, at_ms=T0 + 2, attempt=2),
+    )
+    assert first == str(T0 * 1000)
+    assert float(line_place(resubmitted)) < float(first)  # created ms, below every first attempt's ms * 1000
+    assert oldest_wait_ms(first, T0 + 250) == 250 and oldest_wait_ms(line_place(resubmitted), T0 + 250) == 250
