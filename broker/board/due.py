@@ -67,7 +67,9 @@ class Later:
 Step = Deliver | Replay | Later | None
 
 
-def next_step(entry: BoardEntry, now_ms: int, refresh_ms: int, *, replay: bool = False) -> Step:
+def next_step(
+    entry: BoardEntry, now_ms: int, refresh_ms: int, *, replay: bool = False, replay_before_ms: int | None = None
+) -> Step:
     """What a holder of the key's lock does with it now; None: nothing (nothing pending, or expired)."""
     if entry.expire_at <= now_ms:
         return None  # an expired entry is never delivered or replayed (receivers ignore it anyway)
@@ -76,6 +78,8 @@ def next_step(entry: BoardEntry, now_ms: int, refresh_ms: int, *, replay: bool =
             return Deliver(entry.latest_at)  # a state change (or a key never delivered) goes out at once
         due = entry.delivered_ms + refresh_ms
         return Deliver(entry.latest_at) if now_ms >= due else Later(due)
-    if replay and entry.acked_at is not None and entry.acked_at >= entry.latest_at:
+    delivered_since = replay_before_ms is not None and (entry.delivered_ms or 0) >= replay_before_ms
+    if replay and entry.acked_at is not None and entry.acked_at >= entry.latest_at and not delivered_since:
+        # (a version delivered since the pass began needs no replay: the receiver has it from this pass's time)
         return Replay(entry.latest_at)
     return None

@@ -56,14 +56,14 @@ class Reconciler:
         return await self.reconcile()
 
     async def reconcile(self) -> PassStats:
-        started = time.monotonic()
-        stats = PassStats(expired=await self._store.forget_expired(self._clock.now_ms()))
+        started, began_ms = time.monotonic(), self._clock.now_ms()
+        stats = PassStats(expired=await self._store.forget_expired(began_ms))
         slots = asyncio.Semaphore(CONCURRENCY)
 
         async def one(job_id: str) -> None:
             async with slots:
                 try:
-                    await self._key(job_id, stats)
+                    await self._key(job_id, stats, began_ms)
                 except (RedisError, OSError):
                     raise  # the pass fails; the next interval tries again
                 except Exception as error:  # the pass's loop guard: one key never stops the others
@@ -84,10 +84,10 @@ class Reconciler:
         )
         return stats
 
-    async def _key(self, job_id: str, stats: PassStats) -> None:
+    async def _key(self, job_id: str, stats: PassStats, began_ms: int) -> None:
         # repair first: a settled job gets a new pending version, so the stale `running` is not replayed
         if self._repairer is not None:
             outcome = await self._repairer.repair(job_id)
             if outcome in (Repair.SETTLED, Repair.RESUBMITTED):
                 stats.repaired += 1
-        await self._sender.drain(job_id, replay=True)
+        await self._sender.drain(job_id, replay=True, replay_before_ms=began_ms)

@@ -103,10 +103,11 @@ class Sender:
         finally:
             self._slots.release()
 
-    async def drain(self, job_id: str, *, replay: bool = False) -> None:
-        """Deliver the key's due pending version (or, with `replay`, its acknowledged latest) until none is left."""
+    async def drain(self, job_id: str, *, replay: bool = False, replay_before_ms: int | None = None) -> None:
+        """Deliver the key's due pending version (or, with `replay`, its acknowledged latest, unless it was
+        delivered at `replay_before_ms` or later) until none is left."""
         while True:
-            handled = await self._locked(job_id, replay=replay)
+            handled = await self._locked(job_id, replay=replay, replay_before_ms=replay_before_ms)
             if handled is None:
                 return  # another replica holds the key: it drains after releasing
             replay = False
@@ -114,7 +115,7 @@ class Sender:
             if entry is None or entry.pending_at is None or entry.pending_at == handled.pending_at:
                 return
 
-    async def _locked(self, job_id: str, *, replay: bool) -> _Handled | None:
+    async def _locked(self, job_id: str, *, replay: bool, replay_before_ms: int | None = None) -> _Handled | None:
         lock, token = keys.board_lock(job_id), new_token()
         if not await self._store.acquire(lock, token, self._settings.lock_ms):
             # If the holder dies, look again once its lock has expired (the holder drains otherwise).
@@ -127,7 +128,9 @@ class Sender:
             entry = await self._store.load(job_id)
             if entry is None:
                 return _Handled(None)
-            step = next_step(entry, self._clock.now_ms(), self._settings.refresh_ms, replay=replay)
+            step = next_step(
+                entry, self._clock.now_ms(), self._settings.refresh_ms, replay=replay, replay_before_ms=replay_before_ms
+            )
             match step:
                 case Deliver() | Replay():
                     await self._post(entry, lock, token, replay=isinstance(step, Replay))

@@ -4,7 +4,8 @@ The job write script persists each version with its pending delivery (append_eve
 what the sender and the reconciler read and change afterwards. The outbox, due set and index are per
 partition (the job's slot, written with the job); on a single Redis the sender blocks on every outbox at
 once (one XREADGROUP), on a cluster it reads each partition's outbox without blocking (one pipeline, one
-round trip per node) and pauses between empty rounds. Fields of a board hash `hbr:{pN}:J:board`:
+round trip per node) and between empty rounds blocks on the board bell, a hint stream every job write with
+a new board version rings. Fields of a board hash `hbr:{pN}:J:board`:
 
 field           holds                                                       written by
 latest          the latest report, bytes exactly as rendered                job write
@@ -90,6 +91,8 @@ class BoardStore:
     def __init__(self, redis: Redis) -> None:
         self._redis = redis
         self._cluster = is_cluster(redis)
+        self._bell = "$"  #: the board bell read up to (cluster)
+        self._rung: set[int] = set()  #: partitions the bell named since the last read (cluster)
         self._ack = _script(redis, "board_ack")
         self._promote = _script(redis, "board_promote")
         self._release = _script(redis, "release_lock")
@@ -127,21 +130,40 @@ class BoardStore:
                 await self.ensure_group()
                 return []
             return _read(reply)
+        # the partitions a bell named (a new version there), else all of them
+        partitions, self._rung = sorted(self._rung) or list(keys.partitions()), set()
         async with self._redis.pipeline(transaction=False) as pipe:
-            for partition in keys.partitions():
+            for partition in partitions:
                 pipe.xreadgroup(keys.BOARD_OUTBOX_GROUP, consumer, {keys.board_outbox(partition): ">"}, count=count)
             replies = await pipe.execute(raise_on_error=False)
         entries: list[OutboxEntry] = []
-        for partition, reply in zip(keys.partitions(), replies, strict=True):
+        for partition, reply in zip(partitions, replies, strict=True):
             if isinstance(reply, ResponseError) and "NOGROUP" in str(reply):
                 await self._ensure_group(partition)
             elif isinstance(reply, Exception):
                 raise reply
             else:
                 entries.extend(_read(reply))
-        if not entries:
-            await asyncio.sleep(min(block_ms, CLUSTER_POLL_MS) / 1000)
+        if not entries and len(partitions) == keys.PARTITIONS:
+            await self._wait_for_bell(block_ms)
         return entries
+
+    async def _wait_for_bell(self, block_ms: int) -> None:
+        """Block until a job write rings the board bell (or `block_ms` passes): then the outboxes are read.
+        The bell is read on from the last id seen, so a ring between the outbox read and this wait counts."""
+        try:
+            if self._bell == "$":
+                newest = cast(list[tuple[str, object]], await self._redis.xrevrange(keys.BOARD_BELL, count=1))
+                self._bell = newest[0][0] if newest else "0-0"
+                return  # the outboxes are read again first
+            reply = await self._redis.xread({keys.BOARD_BELL: self._bell}, count=100, block=max(1, block_ms))
+        except ResponseError:
+            await asyncio.sleep(CLUSTER_POLL_MS / 1000)
+            return
+        for _, batch in cast(list[tuple[str, list[tuple[str, dict[str, str]]]]], reply or []):
+            if batch:
+                self._bell = batch[-1][0]
+                self._rung.update(keys.partition_of(fields.get("job", "")) for _, fields in batch)
 
     async def claim_stale(self, consumer: str, min_idle_ms: int, count: int = 100) -> list[OutboxEntry]:
         """Entries a dead consumer read and never acknowledged (XAUTOCLAIM on every partition's outbox)."""

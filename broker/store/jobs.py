@@ -70,7 +70,8 @@ class JobStore:
             event.job_id, [event], view, expected="$new", ring="line", due_at=event.at_ms + self._hold_ms, board=board
         )
         if reply[0] == "OK":
-            if self._cluster:  # the doorbell (a hint: the line is looked at anyway) is another slot there
+            if self._cluster:  # the doorbells (hints: the line is looked at anyway) are other slots there
+                await self._ring_board(event.job_id, board)  # first: the created version goes out before the run
                 await ring_work(self._redis, {"line": event.job_id})
             return Created(Snapshot(view, reply[1], board.state if board else None), created=True)
         existing = decode_view(reply[1]) or (await self._refold(event.job_id)).view
@@ -104,6 +105,8 @@ class JobStore:
         )
         match reply[0]:
             case "OK":
+                if self._cluster:
+                    await self._ring_board(job_id, board)
                 return reply[1:]
             case "CONFLICT":
                 raise StreamConflict(job_id, reply[1])
@@ -176,6 +179,11 @@ class JobStore:
             args=[orjson.dumps(write), encode_view(view), state, report, *(encode(event) for event in events)],
         )
         return as_strings(reply)
+
+    async def _ring_board(self, job_id: str, board: BoardWrite | None) -> None:
+        """On a cluster the board senders poll the 64 outboxes; a new version wakes them at once (a hint)."""
+        if board is not None and board.report is not None:
+            await self._redis.xadd(keys.BOARD_BELL, {"job": job_id}, maxlen=1_000, approximate=True)
 
     async def load(self, job_id: str) -> Snapshot | None:
         """The stored view, refolded from the stream when this replica cannot decode it."""

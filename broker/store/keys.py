@@ -19,6 +19,7 @@ hbr:{pN}:board:index         zset    job id -> sourceActivityAt + HERMES_TTL    
 hbr:{pN}:runs                zset    job id -> updated_at ms: the listing (S3.9)        past RUNS_RETENTION; job write
 hbr:{pN}:runs:<status>       zset    the same, one per job status (the status filter)  past RUNS_RETENTION; job write
 hbr:{work}                   stream  doorbells (hints): `line` / `job`; group drivers   acked+deleted; after writes
+hbr:{board}:bell             stream  cluster only: a board version was written (hint)  ~1000; after job writes
 hbr:lock:<name>              string  token-owned locks                                 lock TTL; sender, reconciler
   hbr:lock:board:<J>         one board key's deliveries                                longest delivery; sender
   hbr:lock:board:reconcile   one reconciliation pass per interval                      BOARD_RECONCILE_INTERVAL
@@ -48,6 +49,7 @@ EVENT_FIELD = "e"
 PARTITIONS = 64
 
 WORK = f"{PREFIX}:{{work}}"
+BOARD_BELL = f"{PREFIX}:{{board}}:bell"
 WORK_GROUP = "drivers"
 SIGNALS = f"{PREFIX}:signals"  # pub/sub: a job id whose owner should look at its stream now
 BOARD_OUTBOX_GROUP = "senders"

@@ -3,7 +3,8 @@
 The event hub holds one per replica (one per partition with subscribers on a cluster), so SSE never needs a
 connection per client (STYLE A.8 #1). A blocked read is woken by `CLIENT UNBLOCK` from the pooled client
 when the set of streams changes. On a cluster the reader's connection is one of the pool of the node that
-owns its slot (`route`, a key of the slot), re-picked after every error, so it follows a failover.
+owns its slot (`route`, a key of the slot), re-picked after every error, so it follows a failover (the
+cluster client re-reads the topology when its own commands fail).
 """
 
 from __future__ import annotations
@@ -71,9 +72,7 @@ class LiveReader:
             with suppress(RedisError, OSError):
                 await self._connection.disconnect()
         if self._node is not None:
-            await self.close()
-            with suppress(RedisError, OSError):
-                await cast(RedisCluster, self._redis).nodes_manager.initialize()
+            await self.close()  # the next read asks the client for the slot's node (it follows failovers)
 
     async def close(self) -> None:
         connection, self._connection = self._connection, None

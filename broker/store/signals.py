@@ -1,8 +1,8 @@
 """Pub/sub nudges: "the stream of job J changed outside its owner; look now" (stop, approval).
 
-Classic PUBLISH reaches the subscribers of every node of a cluster, so a replica subscribes on one node (the
-cluster client's pub/sub picks the node of the channel's slot); when that node goes away the subscription
-ends, and the caller subscribes again after the topology was re-read. Nudges are hints: a runner also
+Classic PUBLISH reaches the subscribers of every node of a cluster, so on a cluster a replica subscribes
+through a plain connection to one node (a random one of the topology the client knows); when that node goes
+away the subscription ends, and the caller subscribes again, elsewhere. Nudges are hints: a runner also
 re-reads its stream on its own."""
 
 from __future__ import annotations
@@ -22,9 +22,22 @@ async def nudge(redis: Redis, job_id: str) -> None:
 
 async def nudges(redis: Redis) -> AsyncIterator[str]:
     """Job ids as they are published; ends (raises) when the connection drops, so callers re-subscribe."""
+    node_client: Redis | None = None
     if is_cluster(redis):
-        await cast(RedisCluster, redis).nodes_manager.initialize()  # a failover moved the node, maybe
-    pubsub = redis.pubsub(ignore_subscribe_messages=True)
+        cluster = cast(RedisCluster, redis)
+        await cluster.initialize()  # a no-op once the client knows the topology (it re-reads it on errors)
+        node = cluster.get_random_node()  # a dead one (a failover not seen yet): the caller comes back later
+        options = cluster.get_connection_kwargs()
+        node_client = Redis(
+            host=node.host,
+            port=int(node.port),
+            username=options.get("username"),
+            password=options.get("password"),
+            ssl=bool(options.get("ssl")),
+            socket_connect_timeout=5,
+            decode_responses=True,
+        )
+    pubsub = (node_client or redis).pubsub(ignore_subscribe_messages=True)
     try:
         await pubsub.subscribe(keys.SIGNALS)
         async for message in pubsub.listen():
@@ -33,3 +46,5 @@ async def nudges(redis: Redis) -> AsyncIterator[str]:
                 yield data.decode() if isinstance(data, bytes) else str(data)
     finally:
         await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
+        if node_client is not None:
+            await node_client.aclose()

@@ -3,7 +3,9 @@ the write, jobs spread over every master."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import cast
 
 import pytest
 import redis as sync_redis
@@ -12,7 +14,7 @@ from redis.asyncio import Redis
 from broker.errors import NotReplicated
 from broker.events import JobCreated
 from broker.ids import new_job_id
-from broker.store import keys
+from broker.store import keys, signals
 from broker.store.connection import connect
 from broker.store.durability import Durability
 from broker.store.jobs import JobStore
@@ -72,3 +74,25 @@ async def test_a_write_waits_for_its_replica(cluster: Redis) -> None:
     with pytest.raises(NotReplicated):
         await _create(impossible, job_id)
     assert await store.load(job_id) is not None  # the write stands on the master: a retry replays it
+
+
+async def test_a_nudge_reaches_every_subscriber(cluster: Redis, redis_cluster: LocalCluster) -> None:
+    # subscribers on two clients (two replicas); the publisher is routed to whatever node it picks
+    async def first_nudge(client: Redis) -> str:
+        stream = cast(AsyncGenerator[str, None], signals.nudges(client))
+        try:
+            return await anext(stream)
+        finally:
+            await stream.aclose()  # unsubscribes and closes its connection now
+
+    other = connect(redis_cluster.url, cluster=True)
+    try:
+        waiting = [asyncio.create_task(first_nudge(client)) for client in (cluster, other)]
+        job_id = new_job_id()
+        async with asyncio.timeout(10):
+            while not all(task.done() for task in waiting):
+                await signals.nudge(cluster, job_id)
+                await asyncio.sleep(0.05)
+        assert [task.result() for task in waiting] == [job_id, job_id]
+    finally:
+        await other.aclose()
