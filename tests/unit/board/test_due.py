@@ -40,6 +40,14 @@ def test_nothing_pending_is_replayed_only_when_acknowledged_and_asked() -> None:
     assert next_step(entry(), NOW, REFRESH, replay=True) is None  # never acknowledged: nothing to replay
 
 
+def test_a_pass_does_not_replay_what_was_delivered_since_it_began() -> None:
+    acked = entry(acked_at=NOW - 10, delivered_ms=NOW - 5)
+    # delivered at NOW - 5: a pass that began then or before has seen it go out; one that began later replays it
+    assert next_step(acked, NOW, REFRESH, replay=True, replay_before_ms=NOW - 5) is None
+    assert next_step(acked, NOW, REFRESH, replay=True, replay_before_ms=NOW - 6) is None
+    assert next_step(acked, NOW, REFRESH, replay=True, replay_before_ms=NOW - 4) == Replay(NOW - 10)
+
+
 def test_a_pending_version_is_delivered_before_any_replay() -> None:
     pending = entry(pending_at=NOW - 10, pending_change=True, acked_at=NOW - 20)
     assert next_step(pending, NOW, REFRESH, replay=True) == Deliver(NOW - 10)
