@@ -16,10 +16,10 @@ from attrs import evolve
 from broker.clock import Clock
 from broker.driver import decide
 from broker.driver.decide import Policy
-from broker.driver.writer import Writer
 from broker.events import JobEvent, JobFinished, RunResubmitted
 from broker.hermes.client import HermesClient
 from broker.hermes.models import HermesRun, NotFound
+from broker.jobs.writer import Writer
 from broker.logging import get_logger
 from broker.store.board import BoardStore
 from broker.store.jobs import Snapshot

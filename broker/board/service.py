@@ -23,8 +23,8 @@ from broker.board.sender import Sender
 from broker.clock import Clock
 from broker.config import Config
 from broker.driver.decide import Policy
-from broker.driver.writer import Writer
 from broker.hermes.client import HermesClient
+from broker.jobs.writer import Writer
 from broker.logging import get_logger
 from broker.metrics import Metrics
 from broker.store.board import BoardStore

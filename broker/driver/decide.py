@@ -19,13 +19,11 @@ from broker.events import (
     HermesEventRecorded,
     HoldReason,
     JobEvent,
-    JobFinished,
     JobHeld,
     JobStatus,
     RunAccepted,
     RunInterrupted,
     RunResubmitted,
-    StopRequested,
 )
 from broker.hermes.models import (
     TERMINAL_STATUSES,
@@ -43,6 +41,7 @@ from broker.hermes.models import (
     Unavailable,
 )
 from broker.ids import upstream_key
+from broker.jobs.rules import cancelled, finished
 from projections.job import JobView, apply
 
 
@@ -142,7 +141,7 @@ def next_action(view: JobView, now_ms: int, *, stop_sent: bool, admitted: bool, 
     accepted = view.accepted_attempt == view.attempt and view.hermes_run_id is not None
     if not accepted:
         if view.stop_requested:
-            return Append((_cancelled(view, now_ms),))  # Hermes is never called for a stopped waiting job
+            return Append((cancelled(view, now_ms),))  # Hermes is never called for a stopped waiting job
         deadline = waiting_since(view) + policy.hold_ms
         if now_ms >= deadline:
             return Append((_hold_expired(view, now_ms, policy),))
@@ -153,18 +152,6 @@ def next_action(view: JobView, now_ms: int, *, stop_sent: bool, admitted: bool, 
     if view.stop_requested and not stop_sent:
         return StopRun(view.hermes_run_id)
     return Follow(view.attempt, view.hermes_run_id)
-
-
-def on_stop_request(view: JobView, now_ms: int) -> list[JobEvent]:
-    """A caller asked to stop the job (SPEC S3.4): record it; a job with no live Hermes run ends at once."""
-    if view.status.terminal or view.stop_requested:
-        return []
-    stop = StopRequested(job_id=view.job_id, at_ms=now_ms)
-    after = apply(view, stop)
-    assert after is not None
-    if after.accepted_attempt == after.attempt and after.hermes_run_id is not None:
-        return [stop]
-    return [stop, _cancelled(after, now_ms)]
 
 
 def refusal_of(outcome: CreateOutcome) -> Refused | None:
@@ -192,7 +179,7 @@ def on_create(
         case Accepted(run_id=run_id):
             return [RunAccepted(job_id=view.job_id, at_ms=now_ms, attempt=attempt, hermes_run_id=run_id)]
         case Rejected(message=message):
-            return [_finished(view, now_ms, JobStatus.FAILED, "hermes_rejected", message)]
+            return [finished(view, now_ms, JobStatus.FAILED, "hermes_rejected", message)]
     refused = refusal_of(outcome)
     assert refused is not None
     if now_ms - waiting_since(view) >= policy.hold_ms:
@@ -217,13 +204,13 @@ def on_stop(view: JobView, outcome: StopOutcome, now_ms: int) -> StopAnswer:
         return StopAnswer()
     match outcome:
         case Stopping(status=status) if status in TERMINAL_STATUSES:
-            return StopAnswer((_cancelled(view, now_ms),))  # settled already: the stop wins
+            return StopAnswer((cancelled(view, now_ms),))  # settled already: the stop wins
         case Stopping():
             return StopAnswer(sent=True)
         case NotFound():
-            return StopAnswer((_cancelled(view, now_ms),))  # Hermes no longer holds the run
+            return StopAnswer((cancelled(view, now_ms),))  # Hermes no longer holds the run
         case Rejected(status=404) | Rejected(code="run_not_active"):
-            return StopAnswer((_cancelled(view, now_ms),))  # a Hermes that restarted: the run is not active
+            return StopAnswer((cancelled(view, now_ms),))  # a Hermes that restarted: the run is not active
         case Rejected():
             return StopAnswer(sent=True)  # Hermes will not stop it: the stop wins when the run settles
         case Unavailable() | Unauthorized():
@@ -273,13 +260,13 @@ def on_status(view: JobView, attempt: int, run: HermesRun | NotFound, now_ms: in
     if isinstance(run, NotFound):
         return _settle_lost(view, "not_found", now_ms, policy)
     if view.stop_requested and run.terminal:
-        return [_cancelled(view, now_ms)]  # the stop wins over whatever Hermes says afterwards
+        return [cancelled(view, now_ms)]  # the stop wins over whatever Hermes says afterwards
     match run.status:
         case "completed":
             usage = orjson.dumps(run.usage).decode() if run.usage is not None else None
-            return [_finished(view, now_ms, JobStatus.COMPLETED, None, None, output=run.output, usage=usage)]
+            return [finished(view, now_ms, JobStatus.COMPLETED, None, None, output=run.output, usage=usage)]
         case "failed":
-            return [_finished(view, now_ms, JobStatus.FAILED, "hermes_failed", run.error or "Hermes failed the run.")]
+            return [finished(view, now_ms, JobStatus.FAILED, "hermes_failed", run.error or "Hermes failed the run.")]
         case "cancelled" | "interrupted":
             return _settle_lost(view, run.status, now_ms, policy)
         case _:
@@ -307,49 +294,21 @@ def _run_from_event(run_id: str, item: HermesEvent) -> HermesRun:
 def _settle_lost(view: JobView, reason: str, now_ms: int, policy: Policy) -> list[JobEvent]:
     """The run is gone without an answer (Hermes restarted, or cancelled it unasked): resubmit or give up."""
     if view.stop_requested:
-        return [_cancelled(view, now_ms)]
+        return [cancelled(view, now_ms)]
     interrupted = RunInterrupted(
         job_id=view.job_id, at_ms=now_ms, attempt=view.attempt, hermes_run_id=view.hermes_run_id, reason=reason
     )
     if view.attempt - 1 < policy.resubmit:
         return [interrupted, RunResubmitted(job_id=view.job_id, at_ms=now_ms, attempt=view.attempt + 1)]
     message = f"Hermes interrupted the job's run {view.attempt} times."
-    return [interrupted, _finished(view, now_ms, JobStatus.FAILED, "resubmit_exhausted", message)]
+    return [interrupted, finished(view, now_ms, JobStatus.FAILED, "resubmit_exhausted", message)]
 
 
 def _hold_expired(view: JobView, now_ms: int, policy: Policy, reason: HoldReason | None = None) -> JobEvent:
     reason = reason or (view.hold.reason if view.hold is not None else HoldReason.BUSY)
     message = f"Hermes did not accept the job within {policy.hold_ms} ms ({reason.value})."
-    return _finished(view, now_ms, JobStatus.FAILED, "hold_expired", message)
+    return finished(view, now_ms, JobStatus.FAILED, "hold_expired", message)
 
 
 def _ms(seconds: float | None) -> int | None:
     return None if seconds is None else int(seconds * 1000)
-
-
-def _cancelled(view: JobView, now_ms: int) -> JobEvent:
-    if view.denied_command is not None:
-        return _finished(view, now_ms, JobStatus.CANCELLED, "approval_denied", view.denied_command)
-    return _finished(view, now_ms, JobStatus.CANCELLED, "stopped", "The job was stopped by request.")
-
-
-def _finished(
-    view: JobView,
-    now_ms: int,
-    status: JobStatus,
-    code: str | None,
-    message: str | None,
-    *,
-    output: str | None = None,
-    usage: str | None = None,
-) -> JobEvent:
-    return JobFinished(
-        job_id=view.job_id,
-        at_ms=now_ms,
-        status=status,
-        attempt=view.attempt,
-        output=output,
-        usage=usage,
-        error_code=code,
-        error_message=message,
-    )

@@ -19,10 +19,10 @@ from broker.driver import decide
 from broker.driver.decide import Append, Done, Follow, Policy, Queue, StopRun, Submit
 from broker.driver.gate import Gate
 from broker.driver.pump import Pump
-from broker.driver.writer import Writer
 from broker.events import JobEvent
 from broker.hermes.client import HermesClient
 from broker.hermes.models import Accepted, HermesRun, NotFound
+from broker.jobs.writer import Writer
 from broker.logging import get_logger
 from broker.metrics import Metrics
 from broker.store.jobs import Snapshot

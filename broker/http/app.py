@@ -15,9 +15,7 @@ from broker.console import routes as console
 from broker.driver.decide import Policy
 from broker.driver.gate import Gate
 from broker.driver.runner import Deps
-from broker.driver.service import JobService
 from broker.driver.supervisor import Supervisor
-from broker.driver.writer import Writer
 from broker.errors import LegacyLayout
 from broker.hermes.client import AiohttpHermesClient, HermesClient
 from broker.http import health, listing, routes, sse
@@ -39,6 +37,8 @@ from broker.http.appkeys import (
 )
 from broker.http.errors import Handler, error_middleware
 from broker.http.protocol import envelope_protocol_errors
+from broker.jobs.service import JobService
+from broker.jobs.writer import Writer
 from broker.logging import get_logger
 from broker.metrics import Metrics
 from broker.store import work

@@ -10,10 +10,10 @@ from redis.asyncio import Redis
 from broker.board.service import BoardService
 from broker.clock import Clock
 from broker.config import Config
-from broker.driver.service import JobService
 from broker.driver.supervisor import Supervisor
-from broker.driver.writer import Writer
 from broker.hermes.client import HermesClient
+from broker.jobs.service import JobService
+from broker.jobs.writer import Writer
 from broker.metrics import Metrics
 from broker.store.admission import AdmissionStore
 from broker.store.jobs import JobStore

@@ -10,13 +10,13 @@ from broker.http.crosssite import same_site_only
 from broker.http.errors import envelope
 from broker.http.proxy import proxy_or_not_found
 from broker.http.render import job_object, json_response
-from broker.http.schemas import ApprovalChoice, CreateRun
+from broker.http.schemas import parse_approval, parse_create
 from broker.ids import JOB_PREFIX
 
 
 @same_site_only
 async def create_run(request: web.Request) -> web.Response:
-    run = CreateRun.from_request(await request.read(), request.headers)
+    run = parse_create(await request.read(), request.headers)
     result = await request.app[keys.service_key].create(run)
     headers = {"Idempotency-Replayed": "true"} if result.replayed else None
     return json_response({**job_object(result.view), "replayed": result.replayed}, status=202, headers=headers)
@@ -52,7 +52,7 @@ async def approve_run(request: web.Request) -> web.StreamResponse:
     except JobNotFound:
         return await proxy_or_not_found(request, run_id, "/approval")
     allow_always = request.app[keys.config_key].runs_approval_allow_always
-    choice = ApprovalChoice.from_request(await request.read(), allow_always=allow_always)
+    choice = parse_approval(await request.read(), allow_always=allow_always)
     status, payload = await service.approve(run_id, choice)
     return json_response(payload, status=status)
 

@@ -1,4 +1,5 @@
-"""Strict parsing of create requests (SPEC S3.1). Every failure names the offending path."""
+"""Strict parsing of create and approval requests into commands (SPEC S3.1, S3.5). Every failure names the
+offending path."""
 
 from __future__ import annotations
 
@@ -7,11 +8,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
-from attrs import frozen
 
 from broker.errors import InvalidRequest
 from broker.events import Context, Link, Reporting
 from broker.ids import fingerprint
+from broker.jobs.commands import ApprovalChoice, CreateRun
 
 _FORWARDED_STRINGS = ("instructions", "previous_response_id", "model")
 MAX_KEY_LENGTH = 255
@@ -22,35 +23,22 @@ MAX_LINK_TEXT = 100
 MAX_URL = 2048
 
 
-@frozen(kw_only=True)
-class CreateRun:
-    """A validated create: what is forwarded to Hermes and what stays with the broker."""
-
-    body: bytes  #: the execution body (JSON), only the forwarded fields
-    fingerprint: str
-    idempotency_key: str | None
-    session_key: str | None
-    session_id: str | None
-    model: str | None
-    context: Context | None
-    reporting: Reporting
-
-    @classmethod
-    def from_request(cls, raw: bytes, headers: Mapping[str, str]) -> CreateRun:
-        idempotency_key = parse_idempotency_key(headers.get("Idempotency-Key"))
-        session_key = parse_session_key(headers.get("X-Hermes-Session-Key"))
-        payload = _json_object(raw)
-        body = _execution_body(payload)
-        return cls(
-            body=orjson.dumps(body),
-            fingerprint=fingerprint(body["input"], body.get("instructions")),
-            idempotency_key=idempotency_key,
-            session_key=session_key,
-            session_id=body.get("session_id"),
-            model=body.get("model"),
-            context=parse_context(payload.get("context")) if "context" in payload else None,
-            reporting=parse_reporting(payload.get("reporting")) if "reporting" in payload else Reporting(),
-        )
+def parse_create(raw: bytes, headers: Mapping[str, str]) -> CreateRun:
+    """The create command of a POST /v1/runs; InvalidRequest naming the offending path."""
+    idempotency_key = parse_idempotency_key(headers.get("Idempotency-Key"))
+    session_key = parse_session_key(headers.get("X-Hermes-Session-Key"))
+    payload = _json_object(raw)
+    body = _execution_body(payload)
+    return CreateRun(
+        body=orjson.dumps(body),
+        fingerprint=fingerprint(body["input"], body.get("instructions")),
+        idempotency_key=idempotency_key,
+        session_key=session_key,
+        session_id=body.get("session_id"),
+        model=body.get("model"),
+        context=parse_context(payload.get("context")) if "context" in payload else None,
+        reporting=parse_reporting(payload.get("reporting")) if "reporting" in payload else Reporting(),
+    )
 
 
 def parse_idempotency_key(value: str | None) -> str | None:
@@ -218,33 +206,23 @@ _CHOICES = {
 _TRUE = ("true", "1", "yes", "on")
 
 
-@frozen
-class ApprovalChoice:
-    """A validated approval (SPEC S3.5; aliases and `all` as Hermes accepts them)."""
-
-    choice: str  #: once | session | always | deny
-    resolve_all: bool = False
-
-    @classmethod
-    def from_request(cls, raw: bytes, *, allow_always: bool) -> ApprovalChoice:
-        payload = _json_object(raw)
-        value = payload.get("choice")
-        choice = _CHOICES.get(value.strip().lower()) if isinstance(value, str) else None
-        if choice is None:
-            raise InvalidRequest(
-                "invalid_approval_choice",
-                "Invalid approval choice; expected one of: once, session, always, deny",
-                param="choice",
-            )
-        if choice == "always" and not allow_always:
-            raise InvalidRequest(
-                "approval_choice_not_allowed",
-                "choice 'always' changes Hermes's allow-list for every future run and is not allowed here",
-                param="choice",
-            )
-        flag = payload.get("all", payload.get("resolve_all", False))
-        resolve_all = flag is True or (isinstance(flag, str) and flag.strip().lower() in _TRUE)
-        return cls(choice=choice, resolve_all=resolve_all)
-
-    def body(self) -> dict[str, object]:
-        return {"choice": self.choice, "all": True} if self.resolve_all else {"choice": self.choice}
+def parse_approval(raw: bytes, *, allow_always: bool) -> ApprovalChoice:
+    """The approval command of a POST /v1/runs/{id}/approval."""
+    payload = _json_object(raw)
+    value = payload.get("choice")
+    choice = _CHOICES.get(value.strip().lower()) if isinstance(value, str) else None
+    if choice is None:
+        raise InvalidRequest(
+            "invalid_approval_choice",
+            "Invalid approval choice; expected one of: once, session, always, deny",
+            param="choice",
+        )
+    if choice == "always" and not allow_always:
+        raise InvalidRequest(
+            "approval_choice_not_allowed",
+            "choice 'always' changes Hermes's allow-list for every future run and is not allowed here",
+            param="choice",
+        )
+    flag = payload.get("all", payload.get("resolve_all", False))
+    resolve_all = flag is True or (isinstance(flag, str) and flag.strip().lower() in _TRUE)
+    return ApprovalChoice(choice=choice, resolve_all=resolve_all)

@@ -14,7 +14,10 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError, TimeoutError
 
-MAX_CONNECTIONS = 32
+#: Commands wait for one of these (a round trip is ~0.1 ms); blocking reads (the claim loop, the board
+#: outbox) and the nudge subscription hold one each. 8 + the SSE hub's reader keep a replica within the 10
+#: Redis connections however many SSE clients it serves (bench: the same create and end-to-end figures as 32).
+MAX_CONNECTIONS = 8
 CLUSTER_MAX_CONNECTIONS = 512  #: per node
 POOL_WAIT_S = 10
 

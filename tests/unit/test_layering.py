@@ -96,3 +96,22 @@ def test_the_checker_sees_every_kind_of_import() -> None:
     found = _imports_of(source, "projections")
     assert {"redis", "aiohttp.web", "broker.store.keys", "projections.job", "time"} <= found
     assert _imports_of("from ..store import keys\n", "broker.http") >= {"broker.store.keys"}
+
+
+#: The board's pure parts (what a job write persists of the board, and its rendering) that the writer folds in.
+PURE_BOARD = ("broker.board.projector", "broker.board.report")
+
+
+@pytest.mark.parametrize("path", _files("broker/jobs"), ids=lambda p: p.name)
+def test_the_job_use_cases_stand_below_every_edge(path: Path) -> None:
+    # http, driver and board stand on broker/jobs (STYLE §C.1): no arrow points back up
+    for module in _imports(path):
+        if module.startswith(PURE_BOARD):
+            continue
+        assert not module.startswith(("broker.http", "broker.driver", "broker.board")), f"{path}: {module}"
+
+
+@pytest.mark.parametrize("path", _files("broker/driver"), ids=lambda p: p.name)
+def test_the_driver_never_sees_http(path: Path) -> None:
+    for module in _imports(path):
+        assert not module.startswith("broker.http"), f"{path}: {module}"

@@ -1,4 +1,4 @@
-"""CreateRun.from_request (SPEC S3.1): what is forwarded, what stays with the broker, what fails."""
+"""parse_create (SPEC S3.1): what is forwarded, what stays with the broker, what fails."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 from broker.errors import InvalidRequest
 from broker.events import Context, Link, Reporting
-from broker.http.schemas import CreateRun
+from broker.http.schemas import parse_create
 from broker.ids import fingerprint
+from broker.jobs.commands import CreateRun
 
 CODES = {
     "invalid_json",
@@ -42,7 +43,7 @@ bodies = st.fixed_dictionaries(
 
 
 def _parse(body: Any, **headers: str) -> CreateRun:
-    return CreateRun.from_request(orjson.dumps(body), headers)
+    return parse_create(orjson.dumps(body), headers)
 
 
 def test_only_forwarded_fields_reach_the_execution_body() -> None:
@@ -123,7 +124,7 @@ def test_any_object_is_either_a_create_or_a_named_400(body: dict[str, Any]) -> N
 @given(st.binary())
 def test_any_bytes_are_either_a_create_or_a_named_400(raw: bytes) -> None:
     try:
-        CreateRun.from_request(raw, {})
+        parse_create(raw, {})
     except InvalidRequest as error:
         assert error.code in CODES
 

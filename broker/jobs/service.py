@@ -10,14 +10,14 @@ from redis.asyncio import Redis
 
 from broker.admission.state import shown_hold
 from broker.clock import Clock
-from broker.driver import decide
-from broker.driver.writer import Writer
 from broker.errors import Conflict, IdempotencyConflict, Unavailable
 from broker.events import ApprovalDenied, JobCreated, JobEvent
 from broker.hermes.client import HermesClient
 from broker.hermes.models import Relayed
-from broker.http.schemas import ApprovalChoice, CreateRun
 from broker.ids import job_id_for_key, new_job_id
+from broker.jobs import rules
+from broker.jobs.commands import ApprovalChoice, CreateRun
+from broker.jobs.writer import Writer
 from broker.logging import get_logger
 from broker.metrics import Metrics
 from broker.store import signals
@@ -100,7 +100,7 @@ class JobService:
     async def stop(self, job_id: str) -> JobView:
         """Record the stop first; a job with no live Hermes run is cancelled at once, others by their owner."""
         now = self._clock.now_ms()
-        return await self._record(job_id, lambda view: decide.on_stop_request(view, now))
+        return await self._record(job_id, lambda view: rules.on_stop_request(view, now))
 
     async def approve(self, job_id: str, choice: ApprovalChoice) -> tuple[int, dict[str, object]]:
         """Forward an approval to the job's live Hermes run; a deny is a denied stop (SPEC S3.5)."""

@@ -10,9 +10,9 @@ from collections.abc import Callable, Sequence
 
 from broker.board.projector import BoardSettings, board_write
 from broker.clock import Clock
-from broker.driver import journal
 from broker.errors import Busy, JobNotFound, StreamConflict
 from broker.events import JobCreated, JobEvent
+from broker.jobs import journal
 from broker.metrics import Metrics
 from broker.store.jobs import BoardWrite, Created, JobStore, Snapshot
 from projections import board as board_projection
