@@ -22,6 +22,10 @@ class Gate:
     async def admit(self, now_ms: int, most: int) -> Grants:
         return await self.store.admit(now_ms, most)
 
+    def heard(self, job_id: str) -> None:
+        """A `line` doorbell: the job joined the line (its partition is read by the next pass)."""
+        self.store.heard(job_id)
+
     async def accepted(self, job_id: str, now_ms: int) -> None:
         answer = await self.store.accepted(job_id, now_ms)
         if answer.ended_refusal:

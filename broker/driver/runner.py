@@ -57,7 +57,9 @@ class Deps:
 class Runner:
     """Drives one job; `admitted`: it was granted an admission slot, so it may create the job's run."""
 
-    def __init__(self, job_id: str, token: str, deps: Deps, *, admitted: bool = False) -> None:
+    def __init__(
+        self, job_id: str, token: str, deps: Deps, *, admitted: bool = False, stored: dict[str, str] | None = None
+    ) -> None:
         self.job_id = job_id
         self.token = token
         self.has_slot = admitted  #: this runner holds the job's admission slot
@@ -65,6 +67,7 @@ class Runner:
         self.queued: Queue | None = None  #: set when the run ends QUEUED
         self.view: JobView | None = None  #: the job as last seen
         self._deps = deps
+        self._stored = stored  #: the job's view hash as read with the grant (None: read it first)
         self._wake = asyncio.Event()
         self._pump: Pump | None = None
         self._stop_sent_attempt = 0
@@ -84,7 +87,9 @@ class Runner:
                 await self._pump.close()
 
     async def _drive(self) -> Ending:
-        snapshot = await self._deps.writer.store.load(self.job_id)
+        store = self._deps.writer.store
+        stored, self._stored = self._stored, None
+        snapshot = await (store.load(self.job_id) if stored is None else store.snapshot_of(self.job_id, stored))
         if snapshot is None:
             return Ending.FINISHED
         await self._announce(snapshot.view)

@@ -119,7 +119,10 @@ class Supervisor:
                 pipe.xack(keys.WORK, keys.WORK_GROUP, *ids)
                 pipe.xdel(keys.WORK, *ids)
                 await pipe.execute()
-            if any("line" in fields for _, fields in entries):
+            joined = [fields["line"] for _, fields in entries if "line" in fields]
+            if joined:
+                for job_id in joined:
+                    self._deps.gate.heard(job_id)
                 self.ring()
             for job_id in dict.fromkeys(fields.get("job", "") for _, fields in entries):
                 if job_id:
@@ -141,7 +144,7 @@ class Supervisor:
             grants = await self._deps.gate.admit(self._deps.clock.now_ms(), free)
             wake_at = grants.wake_at_ms
             for grant in grants.grants:  # each came with its run lease (admission_claim.lua)
-                self._start(grant.job_id, grant.token, admitted=True)
+                self._start(grant.job_id, grant.token, admitted=True, stored=grant.stored)
 
     async def _claim(self, job_id: str) -> bool:
         """Start a runner for the job under a new lease; False when it is driven already."""
@@ -154,9 +157,9 @@ class Supervisor:
         self._start(job_id, token, admitted=False)
         return True
 
-    def _start(self, job_id: str, token: str, *, admitted: bool) -> None:
+    def _start(self, job_id: str, token: str, *, admitted: bool, stored: dict[str, str] | None = None) -> None:
         self._log.debug("Acquired a run lease.", extra={"job": job_id, "replica": self.replica})
-        runner = Runner(job_id, token, self._deps, admitted=admitted)
+        runner = Runner(job_id, token, self._deps, admitted=admitted, stored=stored)
         task = asyncio.create_task(self._run(runner), name=f"runner-{job_id}")
         self._runners[job_id] = (runner, task)
 
@@ -224,8 +227,12 @@ class Supervisor:
                     self._log.debug("Renewed a run lease.", extra={"job": job_id})
 
     async def _nudge_loop(self) -> None:
-        async for job_id in signals.nudges(self._redis):
-            entry = self._runners.get(job_id)
+        async for message in signals.nudges(self._redis):
+            job_id = signals.joined(message)
+            if job_id is not None:
+                self._deps.gate.heard(job_id)  # known here before a doorbell or a slot moves the line
+                continue
+            entry = self._runners.get(message)
             if entry is not None:
                 entry[0].nudge()
 

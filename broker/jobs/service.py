@@ -94,7 +94,7 @@ class JobService:
         if self._admission is None or not any(map(_waiting, views)):
             return list(views)
         now = self._clock.now_ms()
-        line = await self._admission.state(now)
+        line = await self._admission.state(now, lines=False)
         return [evolve(view, hold=shown_hold(view, line, now)) if _waiting(view) else view for view in views]
 
     async def stop(self, job_id: str) -> JobView:

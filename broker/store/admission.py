@@ -1,17 +1,23 @@
 """The admission line and slots in Redis (SPEC S4.1): grant, accept, refuse, release, renew, read.
 
 The slots and the limit are one cluster-wide set in the `{adm}` slot (Hermes is one resource); the line is
-per partition (`hbr:{pN}:line`, entered and left by the job write). A pass (`admit`):
+per partition (`hbr:{pN}:line`, entered and left by the job write). A pass (`admit`) is four round trips
+however many jobs it grants:
   1. reserves up to n slots in `{adm}` (admission_admit.lua: the limit, probe pacing; a reservation counts
      against the limit but is no live run); none: done (one round trip at the limit);
-  2. reads the heads of every partition's line (one pipeline, n each) and merges them oldest first;
-  3. for each head in order, claims it (admission_claim.lua, the job's slot: off the line, its run lease
-     taken, due for takeover) and gives it a reserved slot (admission_grant.lua); a head another replica
-     took is skipped;
-  4. gives the unused reservations back (admission_unreserve.lua).
+  2. reads the heads of the partition lines (one pipeline, n each) and merges them oldest first;
+  3. claims the n oldest heads (admission_claim.lua per head, in one pipeline; each in the job's slot: off
+     the line, its run lease taken, due for takeover, its view read); a head another replica took is
+     skipped;
+  4. gives the claimed jobs their reserved slots and the unused reservations back (admission_grant.lua).
 A crash between steps loses nothing: a reservation expires by itself (RUNS_LEASE) and a claimed job is
 due for takeover. A slot is keyed by its job: the job's run lease decides who holds it, its expiry
 (renewed with the lease) returns a dead replica's slots within RUNS_LEASE.
+
+Step 2 reads every partition at most every FULL_READ_MS; in between, only the partitions this replica saw
+waiting jobs in (at its last read, or in a `line` doorbell, or as a job went back in line here), so a
+pass of a short line costs a few reads instead of 64. A job another replica heard of is seen here by the
+next full read at the latest.
 """
 
 from __future__ import annotations
@@ -27,7 +33,10 @@ from broker.config import Config
 from broker.events import HoldReason
 from broker.store import keys
 from broker.store.leases import new_token
-from broker.store.scripts import Scripts
+from broker.store.scripts import Scripts, run_many
+
+#: How often a pass reads every partition's line (else only those known to hold waiting jobs).
+FULL_READ_MS = 500
 
 _REASONS = frozenset(reason.value for reason in HoldReason)
 _KEYS = [keys.ADMISSION_STATE, keys.ADMISSION_LIVE, keys.ADMISSION_SLOTS]
@@ -38,6 +47,7 @@ _RESERVE_KEYS = [*_KEYS, keys.ADMISSION_RESERVED]
 class Grant:
     job_id: str
     token: str  #: the run lease taken with the grant
+    stored: dict[str, str]  #: the job's view hash as claimed (the fields it has), for its runner
 
 
 @frozen
@@ -90,10 +100,15 @@ class AdmissionStore:
         self._redis = redis
         self._scripts = Scripts(redis)
         self.pacing = pacing
+        self._waiting: set[int] = set()  #: partitions last seen (or heard) with waiting jobs, by this replica
+        self._full_read_at = -FULL_READ_MS  #: when a pass last read every partition (epoch ms)
 
     async def admit(self, now_ms: int, most: int) -> Grants:
         """Take up to `most` jobs off the heads of the lines, oldest first, each with a slot and its run
         lease, as far as the limit allows."""
+        full = now_ms - self._full_read_at >= FULL_READ_MS
+        if not full and not self._waiting:
+            return Grants([], None)  # no waiting job known here: the next full read looks again
         p = self.pacing
         reply = _ints_and_ids(
             await self._scripts.admission_admit(
@@ -103,37 +118,62 @@ class AdmissionStore:
         wake, reservations = int(reply[0]), reply[1:]
         if not reservations:
             return Grants([], wake or None)  # at the limit, or pacing a refusal: one round trip
-        heads = await self._heads(len(reservations))
-        grants: list[Grant] = []
-        for job_id in heads:
-            if len(grants) == len(reservations):
-                break
-            token, partition = new_token(), keys.partition_of(job_id)
-            claimed = _ints_and_ids(
-                await self._scripts.admission_claim(
-                    keys=[keys.line(partition), keys.lease(job_id), keys.due(partition)],
-                    args=[job_id, token, p.slot_ttl_ms, now_ms + p.slot_ttl_ms],
+        if full:
+            self._full_read_at = now_ms
+        heads = await self._heads(len(reservations), keys.partitions() if full else sorted(self._waiting))
+        claims = await run_many(
+            self._redis,
+            self._scripts.admission_claim,
+            [
+                (
+                    [keys.line(partition), keys.lease(job_id), keys.due(partition), keys.view(job_id)],
+                    [job_id, token, p.slot_ttl_ms, now_ms + p.slot_ttl_ms],
                 )
-            )
-            if claimed[0] != "1":
-                continue  # another replica took it (or drives it): the next head
-            await self._scripts.admission_grant(
-                keys=_RESERVE_KEYS, args=[reservations[len(grants)], job_id, claimed[1], now_ms, p.slot_ttl_ms]
-            )
-            grants.append(Grant(job_id, token))
-        unused = reservations[len(grants) :]
-        if unused:
-            await self._scripts.admission_unreserve(keys=[keys.ADMISSION_STATE, keys.ADMISSION_RESERVED], args=unused)
+                for job_id, token, partition in heads
+            ],
+        )
+        grants: list[Grant] = []
+        triples: list[str] = []
+        for (job_id, token, _), claim in zip(heads, claims, strict=True):
+            claimed = cast(list[object], claim)
+            if claimed[0] != 1:
+                continue  # another replica took it (or drives it): it is not granted here
+            triples += [reservations[len(grants)], job_id, _text(claimed[1])]
+            stored = {
+                name: _text(value)
+                for name, value in zip(("state", "last_id", "board"), claimed[2:], strict=False)
+                if value is not None
+            }
+            grants.append(Grant(job_id, token, stored))
+        await self._scripts.admission_grant(
+            keys=_RESERVE_KEYS, args=[now_ms, p.slot_ttl_ms, len(grants), *triples, *reservations[len(grants) :]]
+        )
         return Grants(grants, wake or None)
 
-    async def _heads(self, most: int) -> list[str]:
-        """The oldest `most` waiting jobs over every partition's line, oldest first."""
+    def heard(self, job_id: str) -> None:
+        """A job is (back) in the line: the next pass reads its partition."""
+        self._waiting.add(keys.partition_of(job_id))
+
+    async def _heads(self, most: int, partitions: Iterable[int]) -> list[tuple[str, str, int]]:
+        """The oldest `most` waiting jobs over the lines of `partitions`, oldest first, as (job, a new lease
+        token, partition); what is left in each line is remembered for the next pass."""
+        read = list(partitions)
         async with self._redis.pipeline(transaction=False) as pipe:
-            for partition in keys.partitions():
-                pipe.zrange(keys.line(partition), 0, most - 1, withscores=True)
+            for partition in read:  # raw: redis-py's pairing of scores cost more than the read itself
+                pipe.execute_command("ZRANGE", keys.line(partition), 0, most - 1, "WITHSCORES")
             replies = await pipe.execute()
-        merged = sorted((score, job_id) for reply in replies for job_id, score in cast(list[tuple[str, float]], reply))
-        return [job_id for _, job_id in merged[:most]]
+        lines = {partition: _scored(reply) for partition, reply in zip(read, replies, strict=True)}
+        merged = sorted((score, job_id, partition) for partition, line in lines.items() for job_id, score in line)
+        heads = [(job_id, new_token(), partition) for _, job_id, partition in merged[:most]]
+        taken = {partition: 0 for partition in read}
+        for _, _, partition in heads:
+            taken[partition] += 1
+        for partition, line in lines.items():
+            if len(line) > taken[partition] or len(line) == most:  # jobs stay there (or may: it was read to n)
+                self._waiting.add(partition)
+            else:
+                self._waiting.discard(partition)
+        return heads
 
     async def accepted(self, job_id: str, now_ms: int) -> Acceptance:
         p = self.pacing
@@ -199,20 +239,23 @@ class AdmissionStore:
 
     async def enter(self, job_id: str, place: str) -> None:
         """Make sure a waiting job is in the line (jobs of an older broker, or after a lost write)."""
+        self.heard(job_id)
         await self._redis.zadd(keys.line(keys.partition_of(job_id)), {job_id: float(place)}, nx=True)
 
-    async def state(self, now_ms: int) -> LineState:
+    async def state(self, now_ms: int, *, lines: bool = True) -> LineState:
+        """The shared figures; without `lines` the 64 lines are not read (`waiting` 0, `oldest_wait_ms`
+        None): what a waiting job's hold needs is the limit, the live runs and the refusal."""
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.hgetall(keys.ADMISSION_STATE)
             pipe.zcount(keys.ADMISSION_LIVE, f"({now_ms}", "+inf")
-            for partition in keys.partitions():
+            for partition in keys.partitions() if lines else ():
                 pipe.zcard(keys.line(partition))
-                pipe.zrange(keys.line(partition), 0, 0, withscores=True)
-            fields, live, *lines = await pipe.execute()
+                pipe.execute_command("ZRANGE", keys.line(partition), 0, 0, "WITHSCORES")
+            fields, live, *read = await pipe.execute()
         s = cast(dict[str, str], fields)
         refusing = s.get("refusing", "")
-        waiting = sum(int(count) for count in lines[::2])
-        heads = sorted((score, job_id) for head in lines[1::2] for job_id, score in cast(list[tuple[str, float]], head))
+        waiting = sum(int(count) for count in read[::2])
+        heads = sorted((score, job_id) for head in read[1::2] for job_id, score in _scored(head))
         pinned = self.pacing.pinned
         return LineState(
             limit=pinned or int(s.get("limit") or INITIAL_LIMIT),
@@ -227,6 +270,20 @@ class AdmissionStore:
             probes=int(s.get("probes") or 0),
             refused=int(s.get("refused") or 0),
         )
+
+
+def _scored(reply: object) -> list[tuple[str, float]]:
+    """A raw ZRANGE ... WITHSCORES reply as (member, score) pairs: RESP2 sends [member, score, ...], RESP3
+    (the cluster client) [[member, score], ...]."""
+    items = cast(list[object], reply)
+    if items and isinstance(items[0], list | tuple):
+        return [(str(member), float(score)) for member, score in cast(list[tuple[str, float]], items)]
+    flat = cast(list[str], items)
+    return [(flat[i], float(flat[i + 1])) for i in range(0, len(flat), 2)]
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _ints_and_ids(reply: object) -> list[str]:

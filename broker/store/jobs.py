@@ -145,7 +145,7 @@ class JobStore:
         if ring is not None and not self._cluster:
             write["ring"] = ring
         if expected == "$new":
-            write["line"], write["place"] = "enter", line_place(view)
+            write["line"], write["place"], write["joined"] = "enter", line_place(view), keys.SIGNALS
         elif view.status.terminal:
             write["line"] = "leave"
         state, report = b"", b""
@@ -187,7 +187,10 @@ class JobStore:
 
     async def load(self, job_id: str) -> Snapshot | None:
         """The stored view, refolded from the stream when this replica cannot decode it."""
-        stored = cast(dict[str, str], await self._redis.hgetall(keys.view(job_id)))
+        return await self.snapshot_of(job_id, cast(dict[str, str], await self._redis.hgetall(keys.view(job_id))))
+
+    async def snapshot_of(self, job_id: str, stored: dict[str, str]) -> Snapshot | None:
+        """The snapshot in the fields of a job's view hash (None: no view); refolded when undecodable."""
         if not stored:
             return None
         view = decode_view(stored.get("state", ""))

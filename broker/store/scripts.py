@@ -37,7 +37,6 @@ NAMES = (
     "admission_release",
     "admission_requeue",
     "admission_grant",
-    "admission_unreserve",
     "admission_claim",
     "board_ack",
     "board_promote",
@@ -72,7 +71,6 @@ class Scripts:
         self.admission_release: AsyncScript = redis.register_script(source("admission_release"))
         self.admission_requeue: AsyncScript = redis.register_script(source("admission_requeue"))
         self.admission_grant: AsyncScript = redis.register_script(source("admission_grant"))
-        self.admission_unreserve: AsyncScript = redis.register_script(source("admission_unreserve"))
         self.admission_claim: AsyncScript = redis.register_script(source("admission_claim"))
 
     async def run(

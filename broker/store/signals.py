@@ -1,4 +1,6 @@
-"""Pub/sub nudges: "the stream of job J changed outside its owner; look now" (stop, approval).
+"""Pub/sub nudges: "the stream of job J changed outside its owner; look now" (stop, approval), and
+"job J joined the admission line" (`line J`, published by the create's write: every replica's admission
+pass then reads J's partition).
 
 Classic PUBLISH reaches the subscribers of every node of a cluster, so on a cluster a replica subscribes
 through a plain connection to one node (a random one of the topology the client knows); when that node goes
@@ -15,13 +17,21 @@ from redis.asyncio import Redis, RedisCluster
 from broker.store import keys
 from broker.store.connection import is_cluster
 
+JOINED = "line "  #: the prefix of a message naming a job that joined the admission line
+
 
 async def nudge(redis: Redis, job_id: str) -> None:
     await redis.publish(keys.SIGNALS, job_id)
 
 
+def joined(message: str) -> str | None:
+    """The job a `line J` message names; None for a nudge."""
+    return message[len(JOINED) :] if message.startswith(JOINED) else None
+
+
 async def nudges(redis: Redis) -> AsyncIterator[str]:
-    """Job ids as they are published; ends (raises) when the connection drops, so callers re-subscribe."""
+    """Messages as they are published (job ids, and `line J`); ends (raises) when the connection drops, so
+    callers re-subscribe."""
     node_client: Redis | None = None
     if is_cluster(redis):
         cluster = cast(RedisCluster, redis)

@@ -1,8 +1,8 @@
 -- Reserve admission slots for the heads of the partition lines (SPEC S4.1): at most `limit` of the
 -- broker's runs live on Hermes across replicas; while Hermes refuses, one probe at a time, not before
 -- retry_at, and not while any create is in flight (its answer comes first). A reservation
--- `~<token>:<i>` counts against the limit until admission_grant.lua gives it to a job or
--- admission_unreserve.lua gives it back; one never settled (the caller died) expires by itself.
+-- `~<token>:<i>` counts against the limit until admission_grant.lua gives it to a job or gives it
+-- back unused; one never settled (the caller died) expires by itself.
 -- KEYS[1] admission state hash   KEYS[2] live zset (slot -> expiry)
 -- KEYS[3] slots hash (job -> place, while its create is in flight)   KEYS[4] reserved zset
 --   (one slot: {adm})

@@ -1,16 +1,30 @@
--- Give a reserved admission slot to the job the caller claimed off its partition's line
--- (admission_claim.lua); the job's place is kept for a later requeue. A probe reserved for the slot
--- becomes the job's (and is counted).
+-- Settle one admission pass's reservations at once: give each claimed job its reserved slot (the jobs
+-- the caller claimed off their partition lines with admission_claim.lua; a job's place is kept for a
+-- later requeue), and give back the reservations no job was found for (the lines were shorter, or other
+-- replicas claimed their heads first). A probe reserved for a granted reservation becomes that job's
+-- (and is counted); a probe reserved for one given back is over.
 -- KEYS[1] admission state hash   KEYS[2] live zset   KEYS[3] slots hash   KEYS[4] reserved zset
 --   (one slot: {adm})
--- ARGV[1] reservation   ARGV[2] job   ARGV[3] its place in the line   ARGV[4] now (epoch ms)
--- ARGV[5] slot ttl ms
--- Returns 1
-redis.call('ZREM', KEYS[4], ARGV[1])
-redis.call('ZADD', KEYS[2], tonumber(ARGV[4]) + tonumber(ARGV[5]), ARGV[2])
-redis.call('HSET', KEYS[3], ARGV[2], ARGV[3])
-if redis.call('HGET', KEYS[1], 'probe') == ARGV[1] then
-  redis.call('HSET', KEYS[1], 'probe', ARGV[2])
-  redis.call('HINCRBY', KEYS[1], 'probes', 1)
+-- ARGV[1] now (epoch ms)   ARGV[2] slot ttl ms   ARGV[3] g, the number of grants
+-- ARGV[4 .. 3+3g] g triples (reservation, job, its place in the line)   ARGV[4+3g ..] unused reservations
+-- Returns the number of reservations given back
+local expiry, g = tonumber(ARGV[1]) + tonumber(ARGV[2]), tonumber(ARGV[3])
+local probe = redis.call('HGET', KEYS[1], 'probe')
+for i = 4, 3 + 3 * g, 3 do
+  local reservation, job = ARGV[i], ARGV[i + 1]
+  redis.call('ZREM', KEYS[4], reservation)
+  redis.call('ZADD', KEYS[2], expiry, job)
+  redis.call('HSET', KEYS[3], job, ARGV[i + 2])
+  if probe == reservation then
+    redis.call('HSET', KEYS[1], 'probe', job)
+    redis.call('HINCRBY', KEYS[1], 'probes', 1)
+  end
 end
-return 1
+local n = 0
+for i = 4 + 3 * g, #ARGV do
+  n = n + redis.call('ZREM', KEYS[4], ARGV[i])
+  if probe == ARGV[i] then
+    redis.call('HSET', KEYS[1], 'probe', '')
+  end
+end
+return n

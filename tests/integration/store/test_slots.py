@@ -29,7 +29,7 @@ from broker.store.jobs import BoardWrite, JobStore
 from broker.store.leases import Leases
 from broker.store.listing import IndexRepair, Listing
 from broker.store.rebuild import RebuildStore, Replacement
-from broker.store.scripts import NAMES, Scripts, source
+from broker.store.scripts import NAMES, source
 from projections.board import BoardState
 from projections.job import apply
 from tests.conftest import RedisServer
@@ -135,15 +135,9 @@ async def _promote(redis: Redis) -> object:
 
 async def _admit_with_a_waiting_job(redis: Redis) -> object:
     await _create(redis)  # enters the job's partition line
-    grants = await _admission(redis).admit(1_000, 5)  # reserve ({adm}), claim ({pN}), grant ({adm})
+    grants = await _admission(redis).admit(1_000, 5)  # reserve ({adm}), claim ({pN}), grant+give back ({adm})
     assert grants.jobs == [JOB]
     return grants
-
-
-async def _unreserve(redis: Redis) -> object:
-    return await Scripts(redis).admission_unreserve(
-        keys=[keys.ADMISSION_STATE, keys.ADMISSION_RESERVED], args=["~t:1", "~t:2"]
-    )
 
 
 async def _replace_view(redis: Redis) -> object:
@@ -217,7 +211,6 @@ SINGLE_SLOT: list[tuple[str, Operation]] = [
     ("admission_refused", _refused),
     ("admission_release", _release),
     ("admission_requeue", _requeue),
-    ("admission_unreserve", _unreserve),
     ("replace_view (and the rebuild's MULTI read)", _replace_view),
     ("board_ack", _board_ack),
     ("board_promote", _board_promote),
@@ -233,7 +226,7 @@ SINGLE_SLOT: list[tuple[str, Operation]] = [
 COVERED = {
     "append_events", "acquire_lease", "renew_lease", "release_lease", "promote_due", "admission_admit",
     "admission_claim", "admission_grant", "admission_accepted", "admission_refused", "admission_release",
-    "admission_requeue", "admission_unreserve", "replace_view", "board_ack", "board_promote", "release_lock",
+    "admission_requeue", "replace_view", "board_ack", "board_promote", "release_lock",
     "reindex_job",
 }  # fmt: skip
 
