@@ -5,8 +5,8 @@ redis-py's asyncio client spends more CPU per command than the broker spends dec
 issue 11). Three costs are avoidable without leaving redis-py:
   - it packs commands in Python; hiredis packs the same bytes in C (redis-py's sync client uses it);
   - its blocking pool takes a condition, a timeout, a health poll of the socket and two observability
-    hooks per checkout; an idle connected connection can be handed out and taken back directly (the
-    pool's own path still serves every other case: a new connection, a wait for one, a reconnect);
+    hooks per checkout and return; here both are a few list operations, and a caller waiting for a
+    connection gets the next one returned (a busy replica waits for its 8 connections all the time);
   - a socket timeout makes every send a task (`asyncio.wait_for`): `connect` sets none and keeps TCP
     keepalive instead (a Redis that vanished is noticed in about 11 s; one that restarts at once).
 A command cancelled between its send and its reply disconnects its connection (redis-py does that in
@@ -15,12 +15,14 @@ A command cancelled between its send and its reply disconnects its connection (r
 
 from __future__ import annotations
 
+import asyncio
+from collections import deque
 from typing import Any
 
 import hiredis
 from redis.asyncio import BlockingConnectionPool
 from redis.asyncio.connection import AbstractConnection, Connection
-from redis.exceptions import DataError
+from redis.exceptions import ConnectionError, DataError
 from redis.typing import EncodableT
 
 
@@ -42,28 +44,54 @@ class HiredisPackingConnection(Connection):
 
 
 class LeanBlockingPool(BlockingConnectionPool):
-    """A BlockingConnectionPool that hands out an idle connected connection, and takes one back while
-    nobody waits for one, without its condition and hooks."""
+    """A BlockingConnectionPool whose checkout and return are a few list operations: an idle connection
+    is handed out as it is (reconnected first if it dropped), a new one is made below `max_connections`,
+    and past that a caller waits in line for the next connection returned, which is handed to it
+    directly (first come, first served; `timeout` seconds at most, as the pool's own path)."""
 
-    _waiters = 0  #: callers in the pool's own (waiting) path: a release must wake them
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._waiting: deque[asyncio.Future[AbstractConnection]] = deque()
 
     async def get_connection(self, command_name: Any = None, *keys: Any, **options: Any) -> AbstractConnection:
-        idle = self._available_connections
-        if idle and idle[-1].is_connected:
-            connection = idle.pop()
-            self._in_use_connections.add(connection)
-            return connection
-        self._waiters += 1
+        if self._available_connections:
+            connection = self._available_connections.pop()
+        elif len(self._in_use_connections) < self.max_connections:
+            connection = self.make_connection()  # type: ignore[no-untyped-call]  # untyped in redis-py
+        else:
+            return await self._wait_for_one()
+        self._in_use_connections.add(connection)
+        return await self._connected(connection)
+
+    async def _wait_for_one(self) -> AbstractConnection:
+        handed: asyncio.Future[AbstractConnection] = asyncio.get_running_loop().create_future()
+        self._waiting.append(handed)
         try:
-            return await super().get_connection()  # type: ignore[no-untyped-call,no-any-return]  # untyped there
-        finally:
-            self._waiters -= 1
+            async with asyncio.timeout(self.timeout):
+                connection = await handed
+        except BaseException as error:
+            if handed.done() and not handed.cancelled():  # handed over as the wait ended: give it on
+                await self.release(handed.result())
+            if isinstance(error, TimeoutError):
+                raise ConnectionError("No connection available.") from error
+            raise
+        return await self._connected(connection)
+
+    async def _connected(self, connection: AbstractConnection) -> AbstractConnection:
+        try:
+            await connection.connect()  # type: ignore[no-untyped-call]  # a no-op while connected
+        except BaseException:
+            await self.release(connection)
+            raise
+        return connection
 
     async def release(self, connection: AbstractConnection) -> None:
-        if self._waiters:
-            await super().release(connection)
-            return
-        self._in_use_connections.remove(connection)
         if connection.should_reconnect():  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
             await connection.disconnect()
+        while self._waiting:
+            handed = self._waiting.popleft()
+            if not handed.done():
+                handed.set_result(connection)  # still in use: now by the waiter
+                return
+        self._in_use_connections.discard(connection)
         self._available_connections.append(connection)

@@ -53,3 +53,29 @@ async def test_a_restarted_redis_is_reconnected(redis_server: RedisServer) -> No
         assert await client.get("hbr:test:before") == "1"
     finally:
         await client.aclose()
+
+
+async def test_waiters_get_the_connection_first_come_first_served_and_a_cancelled_waiter_leaks_none(
+    redis_server: RedisServer,
+) -> None:
+    client = connect(redis_server.url, max_connections=1)
+    try:
+        pool = client.connection_pool
+        order: list[int] = []
+
+        async def numbered(i: int) -> None:
+            await client.incr("hbr:test:counter")
+            order.append(i)
+
+        holder = asyncio.create_task(client.blpop(["hbr:test:empty"], timeout=0.3))  # the one connection
+        await asyncio.sleep(0.05)
+        gone = asyncio.create_task(client.get("hbr:test:value"))  # waits, then gives up waiting
+        waiters = [asyncio.create_task(numbered(i)) for i in range(5)]
+        await asyncio.sleep(0.05)
+        gone.cancel()
+        await asyncio.wait_for(asyncio.gather(holder, *waiters), 5)
+        assert order == [0, 1, 2, 3, 4]
+        assert await client.get("hbr:test:counter") == "5"
+        assert not pool._in_use_connections and len(pool._available_connections) == 1
+    finally:
+        await client.aclose()
