@@ -31,10 +31,14 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 BROKER_VARIABLES = ("RUNS_", "BOARD_", "HERMES_", "REDIS_", "LOG_", "SHUTDOWN_", "CONSOLE_", "DATA_DIR", "PORT", "HOST")
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+def free_port(highest: int = 65535) -> int:
+    """A free loopback port, at most `highest` (a cluster node's bus port is its port + 10000)."""
+    while True:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+        if port <= highest:
+            return port
 
 
 class Proc:
@@ -142,6 +146,26 @@ async def wait_http(url: str, timeout_s: float, what: str, proc: Proc | None = N
     raise RuntimeError(f"{what} not up within {timeout_s}s")
 
 
+async def spawn_redis(stack: Stack, name: str, binary: str, port: int, *extra: str,
+                      directory: Path | None = None) -> tuple[Proc, Redis, str]:  # fmt: skip
+    """A redis-server on loopback without persistence, answering PING: (process, client, URL)."""
+    workdir = directory or stack.workdir
+    proc = stack.spawn(name, [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir),
+                              "--save", "", "--appendonly", "no", *extra])  # fmt: skip
+    url = f"redis://127.0.0.1:{port}/0"
+    client = Redis.from_url(url, decode_responses=True)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            await client.ping()
+            return proc, client, url
+        except (OSError, RedisConnectionError):
+            if time.monotonic() > deadline or not proc.alive():
+                await client.aclose()
+                raise RuntimeError(f"{name} did not answer PING: see {proc.log}") from None
+            await asyncio.sleep(0.05)
+
+
 class Services:
     """One redis-server and one simulator for the whole run; brokers and baselines per scenario."""
 
@@ -152,24 +176,9 @@ class Services:
         self.redis: Redis | None = None
 
     async def start(self) -> None:
-        port = free_port()
         server = shutil.which("redis-server") or "redis-server"
-        self.redis_proc = self.stack.spawn(
-            "redis",
-            [server, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(self.stack.workdir), "--save", "",
-             "--appendonly", "no", "--maxclients", "18000"],
-        )  # fmt: skip
-        self.redis_url = f"redis://127.0.0.1:{port}/0"
-        self.redis = Redis.from_url(self.redis_url, decode_responses=True)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                await self.redis.ping()
-                break
-            except (OSError, RedisConnectionError):
-                if time.monotonic() > deadline or not self.redis_proc.alive():
-                    raise
-                await asyncio.sleep(0.05)
+        self.redis_proc, self.redis, self.redis_url = await spawn_redis(self.stack, "redis", server, free_port(),
+                                                                        "--maxclients", "18000")  # fmt: skip
         sim_port = free_port()
         self.sim_proc = self.stack.spawn(
             "simulator", [sys.executable, "-m", "broker.simulator", "--port", str(sim_port), "--max-concurrent", "0"]
@@ -186,6 +195,10 @@ class Services:
         """Empty Redis, forget the simulator's runs and counters, then apply simulator settings."""
         await self.r.flushall()
         await self.r.config_resetstat()
+        await self.reset_sim(**settings)
+
+    async def reset_sim(self, **settings: object) -> None:
+        """Forget the simulator's runs and counters, then apply simulator settings (Redis left as it is)."""
         async with aiohttp.ClientSession(self.sim_url) as session:
             for method, path, body in (("POST", "/_sim/restart", {}), ("DELETE", "/_sim/requests", None),
                                        ("DELETE", "/_sim/stats", None)):  # fmt: skip

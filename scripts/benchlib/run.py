@@ -36,6 +36,9 @@ class Plan:
     refusal_jobs: int  #: 0: skip the refusal and learnt-limit runs
     refusal_s: float
     drain_timeout_s: float  #: how long the refusal run waits for its jobs to end after it
+    cluster_jobs: int  #: end-to-end jobs per round of the cluster row
+    cluster_replicas: tuple[int, ...]  #: the cluster row's end-to-end broker replica counts
+    cluster_concurrencies: tuple[int, ...]  #: the cluster row's create concurrencies
 
     @classmethod
     def full(cls) -> Plan:
@@ -47,6 +50,7 @@ class Plan:
             idle_clients=10_000,
             memory_jobs=1000, memory_rounds=2,
             admission_jobs=100, admission_rounds=2, refusal_jobs=1000, refusal_s=60, drain_timeout_s=75,
+            cluster_jobs=1000, cluster_replicas=(1, 2), cluster_concurrencies=(8, 64),
         )  # fmt: skip
 
     @classmethod
@@ -59,6 +63,7 @@ class Plan:
             idle_clients=200,
             memory_jobs=50, memory_rounds=1,
             admission_jobs=20, admission_rounds=1, refusal_jobs=0, refusal_s=0, drain_timeout_s=0,
+            cluster_jobs=60, cluster_replicas=(1,), cluster_concurrencies=(64,),
         )  # fmt: skip
 
 

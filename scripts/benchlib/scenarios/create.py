@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import secrets
 
+from benchlib.backend import Backend, SingleRedis
 from benchlib.figures import Row
 from benchlib.load import LoadResult, have_wrk, python_creates, wrk_creates
 from benchlib.procs import Services, free_port
@@ -21,9 +22,13 @@ async def measure(services: Services, url: str, concurrency: int, seconds: float
     return await python_creates(url, concurrency, seconds, prefix)
 
 
-async def broker_round(services: Services, concurrency: int, plan: Plan) -> LoadResult:
-    await services.reset(busy=True)
-    async with services.brokers(1) as (broker,):
+async def broker_round(services: Services, concurrency: int, plan: Plan, backend: Backend | None = None,
+                       ) -> LoadResult:  # fmt: skip
+    """One broker on `backend` (default: the run's redis-server): a warm-up, then the measured load."""
+    store = backend or SingleRedis(services.r, services.redis_url)
+    await store.flush()
+    await services.reset_sim(busy=True)
+    async with services.brokers(1, store.env) as (broker,):
         await measure(services, broker.url, concurrency, plan.warmup_s)
         return await measure(services, broker.url, concurrency, plan.load_s)
 

@@ -14,10 +14,12 @@ import itertools
 import json
 import os
 import time
+from dataclasses import dataclass
 
 import aiohttp
 
 from benchlib.arqenv import arq_python
+from benchlib.backend import Backend, SingleRedis
 from benchlib.figures import Row
 from benchlib.load import create_body, gather_limited, post_json
 from benchlib.procs import BASELINES, Services
@@ -28,28 +30,42 @@ CREATORS = 32
 STEP_S = 0.01  #: the simulator's pause between deltas: 50 ms a job, so Hermes is never what limits
 
 
-async def broker_round(services: Services, replicas: int, jobs: int) -> tuple[float, float, int]:
-    """(jobs/s, Redis commands per job, events in the first job's stream)."""
-    await services.reset(step_s=STEP_S)
-    async with services.brokers(replicas) as procs:
+@dataclass
+class E2EResult:
+    rate: float  #: jobs/s, first create to last terminal
+    calls: list[int]  #: Redis commands while the jobs ran, master by master
+    jobs: int
+    events: int  #: events in the first job's stream
+
+    @property
+    def calls_per_job(self) -> float:
+        return sum(self.calls) / self.jobs
+
+
+async def broker_round(services: Services, replicas: int, jobs: int, backend: Backend | None = None) -> E2EResult:
+    """`jobs` jobs end to end through `replicas` brokers on `backend` (default: the run's redis-server)."""
+    store = backend or SingleRedis(services.r, services.redis_url)
+    await store.flush()
+    await services.reset_sim(step_s=STEP_S)
+    async with services.brokers(replicas, store.env) as procs:
         urls = itertools.cycle([proc.url for proc in procs])
         body = create_body("bench end to end")
-        await services.r.config_resetstat()
+        await store.reset_stats()
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
             targets = [next(urls) for _ in range(jobs)]
             started = time.time()
             created = await gather_limited(CREATORS, targets, lambda url: post_json(session, f"{url}/v1/runs", body))
             await sim_settled(services, session, jobs, timeout_s=60 + jobs / 5)
             await asyncio.sleep(0.2)  # the terminal append follows the simulator's last event
-            calls = redis_calls(await services.r.info("commandstats"))
+            calls = await store.commands()
             ids = [str(job["run_id"]) for job in created]
             finished = await settled_jobs(session, procs[0].url, ids, timeout_s=60)
         end = max(float(str(job["updated_at"])) for job in finished)
-        events = int(await services.r.xlen(keys.events(ids[0])))
+        events = await store.xlen(keys.events(ids[0]))
     bad = [job["status"] for job in finished if job["status"] != "completed"]
     if bad:
         raise RuntimeError(f"{len(bad)} jobs did not complete: {bad[:3]}")
-    return jobs / (end - started), calls / jobs, events
+    return E2EResult(jobs / (end - started), calls, jobs, events)
 
 
 async def arq_round(services: Services, jobs: int) -> tuple[float, float]:
@@ -75,14 +91,15 @@ async def run(services: Services, plan: Plan) -> list[Row]:
     commands = Row("end to end, Redis commands per job", "commands")
     events = 0
     for _ in range(plan.rounds):  # one arq sample beside both broker figures of a round
-        rate, calls, events = await broker_round(services, 1, plan.e2e_jobs)
-        one.broker.append(rate)
-        commands.broker.append(calls)
+        result = await broker_round(services, 1, plan.e2e_jobs)
+        one.broker.append(result.rate)
+        commands.broker.append(result.calls_per_job)
+        events = result.events
         arq_rate, arq_calls = await arq_round(services, plan.e2e_jobs)
         one.baseline.append(arq_rate)
         two.baseline.append(arq_rate)
         commands.baseline.append(arq_calls)
-        two.broker.append((await broker_round(services, 2, plan.e2e_jobs))[0])
+        two.broker.append((await broker_round(services, 2, plan.e2e_jobs)).rate)
     one.note = f"{plan.e2e_jobs} jobs, {events} events/job; baseline: arq worker"
     two.note = "baseline: arq worker (one process)"
     commands.note = "1 replica; baseline: arq worker + enqueuer, result polling included"
