@@ -231,7 +231,8 @@ def backoff_ms(failures: int, jitter: float, policy: Policy) -> int:
 def on_events(
     view: JobView, attempt: int, run_id: str, items: Sequence[HermesEvent], now_ms: int, policy: Policy
 ) -> list[JobEvent]:
-    """A batch of Hermes events of one attempt: relay them, settle on a terminal one."""
+    """A batch of Hermes events of one attempt: relay them, settle on a terminal one (the job's last event:
+    the count of deltas dropped in the batch goes before it)."""
     events: list[JobEvent] = []
     dropped = 0
     current: JobView | None = view
@@ -239,6 +240,9 @@ def on_events(
         if current is None or current.status.terminal or current.attempt != attempt:
             break
         if item.terminal:
+            if dropped:
+                events.append(DeltasDropped(job_id=view.job_id, at_ms=now_ms, attempt=attempt, count=dropped))
+                current, dropped = apply(current, events[-1]), 0
             events.extend(on_status(current, attempt, _run_from_event(run_id, item), now_ms, policy))
             break
         if item.name == "message.delta" and current.event_count >= policy.events_maxlen:

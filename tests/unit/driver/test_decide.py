@@ -305,3 +305,21 @@ def test_hermes_400_rejects_the_job() -> None:
     assert (
         after is not None and after.error_code == "hermes_rejected" and after.error_message == "Missing 'input' field"
     )
+
+
+@given(deltas=st.integers(0, 12), cap=st.integers(0, 6))
+def test_the_terminal_event_is_the_job_s_last_even_when_deltas_were_dropped_with_it(deltas: int, cap: int) -> None:
+    # Given a running job whose store takes `cap` events, When one batch brings deltas past it and the end
+    created = JobCreated(job_id=JOB, at_ms=1, body="{}", fingerprint="f")
+    view = fold([created, RunAccepted(job_id=JOB, at_ms=2, attempt=1, hermes_run_id="run_1")])
+    assert view is not None
+    items = [HermesEvent("message.delta", {"event": "message.delta", "delta": "x"}) for _ in range(deltas)]
+    items.append(HermesEvent("run.completed", {"event": "run.completed", "output": "done"}))
+    policy = Policy(hold_ms=10_000, resubmit=2, backoff_ms=100, backoff_max_ms=1_000, events_maxlen=cap)
+    events = decide.on_events(view, 1, "run_1", items, 10, policy)
+    # Then the job ends with its terminal event, the drop counted before it
+    after = fold(events, view)
+    assert after is not None and after.status is JobStatus.COMPLETED
+    assert type(events[-1]).__name__ == "JobFinished"
+    dropped = sum(getattr(event, "count", 0) for event in events if type(event).__name__ == "DeltasDropped")
+    assert dropped == max(0, deltas - max(0, cap - view.event_count))
