@@ -241,8 +241,10 @@ def on_events(
             break
         if item.terminal:
             if dropped:
-                events.append(DeltasDropped(job_id=view.job_id, at_ms=now_ms, attempt=attempt, count=dropped))
-                current, dropped = apply(current, events[-1]), 0
+                counted = DeltasDropped(job_id=view.job_id, at_ms=now_ms, attempt=attempt, count=dropped)
+                current = apply(current, counted) or current
+                events.append(counted)
+                dropped = 0
             events.extend(on_status(current, attempt, _run_from_event(run_id, item), now_ms, policy))
             break
         if item.name == "message.delta" and current.event_count >= policy.events_maxlen:
