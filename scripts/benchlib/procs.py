@@ -13,7 +13,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,20 +24,12 @@ import aiohttp
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from broker.store.embedded import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 BASELINES = ROOT / "scripts" / "bench_baselines"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 BROKER_VARIABLES = ("RUNS_", "BOARD_", "HERMES_", "REDIS_", "LOG_", "SHUTDOWN_", "CONSOLE_", "DATA_DIR", "PORT", "HOST")
-
-
-def free_port(highest: int = 65535) -> int:
-    """A free loopback port, at most `highest` (a cluster node's bus port is its port + 10000)."""
-    while True:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = int(probe.getsockname()[1])
-        if port <= highest:
-            return port
 
 
 class Proc:

@@ -19,11 +19,12 @@ import statistics
 import sys
 
 from benchlib.backend import Backend, SingleRedis
-from benchlib.cluster import LocalCluster, missing_redis_7, version
+from benchlib.cluster import LocalCluster, missing_redis_7
 from benchlib.figures import Row
-from benchlib.procs import Proc, Services, free_port, spawn_redis
+from benchlib.procs import Proc, Services, spawn_redis
 from benchlib.run import Plan
 from benchlib.scenarios import create, e2e
+from broker.store.embedded import free_port, redis_version
 
 NAME = "cluster"
 
@@ -93,6 +94,6 @@ async def run(services: Services, plan: Plan) -> list[Row]:
                 await single.client.aclose()
         for node in [*cluster.procs, *([proc] if proc else [])]:  # free the CPU for the rows after this one
             services.stack.stop(node)
-    redis = ".".join(map(str, version(cluster.server)))
+    redis = ".".join(map(str, redis_version(cluster.server)))
     rows[0].note += f"; broker on a 3+3 cluster vs on one redis-server, both Redis {redis} ({cluster.server})"
     return rows

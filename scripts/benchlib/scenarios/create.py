@@ -11,8 +11,9 @@ import secrets
 from benchlib.backend import Backend, SingleRedis
 from benchlib.figures import Row
 from benchlib.load import LoadResult, have_wrk, python_creates, wrk_creates
-from benchlib.procs import Services, free_port
+from benchlib.procs import Services
 from benchlib.run import Plan
+from broker.store.embedded import free_port
 
 
 async def measure(services: Services, url: str, concurrency: int, seconds: float) -> LoadResult:

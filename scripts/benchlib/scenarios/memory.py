@@ -15,9 +15,10 @@ import aiohttp
 
 from benchlib.figures import Row
 from benchlib.load import create_body, gather_limited, post_json
-from benchlib.procs import Services, free_port
+from benchlib.procs import Services
 from benchlib.run import Plan, get_json, settled_jobs, sim_settled, wait_until
 from broker.store import keys
+from broker.store.embedded import free_port
 
 SUBSCRIBERS_PER_JOB = 10
 SETTLE_S = 2.0
