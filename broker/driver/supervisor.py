@@ -219,12 +219,12 @@ class Supervisor:
             now = self._deps.clock.now_ms()
             slots = [job_id for job_id, (runner, _) in self._runners.items() if runner.has_slot]
             await self._deps.gate.hold(slots, now, renew_only=True)  # one write for every slot of this replica
-            for job_id, (runner, task) in list(self._runners.items()):
-                if not await self._leases.renew(job_id, runner.token, now):
+            driven = list(self._runners.items())
+            held = await self._leases.renew_many([(job_id, runner.token) for job_id, (runner, _) in driven], now)
+            for (job_id, (_, task)), renewed in zip(driven, held, strict=True):  # one round trip for all leases
+                if not renewed:
                     self._lost.add(job_id)
                     task.cancel()
-                else:
-                    self._log.debug("Renewed a run lease.", extra={"job": job_id})
 
     async def _nudge_loop(self) -> None:
         async for message in signals.nudges(self._redis):

@@ -9,13 +9,14 @@ the work doorbell for it, and the next replica to acquire the expired lease take
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from typing import cast
 
 from redis.asyncio import Redis
 
 from broker.store import keys
 from broker.store.durability import Durability
-from broker.store.scripts import Scripts, as_strings, ring_jobs, run_many
+from broker.store.scripts import Args, Scripts, as_strings, ring_jobs, run_many
 
 
 def new_token() -> str:
@@ -41,6 +42,16 @@ class Leases:
             args=[token, self.lease_ms, job_id, now_ms + self.lease_ms],
         )
         return cast(int, renewed) == 1
+
+    async def renew_many(self, held: Sequence[tuple[str, str]], now_ms: int) -> list[bool]:
+        """Renew every (job, token) lease of a replica in one pipeline (one round trip per node); True for
+        each lease still held."""
+        deadline = now_ms + self.lease_ms
+        calls: list[tuple[list[str], Args]] = [
+            ([keys.lease(job_id), keys.due(keys.partition_of(job_id))], [token, self.lease_ms, job_id, deadline])
+            for job_id, token in held
+        ]
+        return [cast(int, reply) == 1 for reply in await run_many(self._redis, self._scripts.renew_lease, calls)]
 
     async def release(self, job_id: str, token: str, *, due_at_ms: int | None, enqueue: bool = False) -> bool:
         """Give the job up; `due_at_ms=None` means it is finished and leaves the schedule."""
