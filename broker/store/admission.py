@@ -14,10 +14,10 @@ A crash between steps loses nothing: a reservation expires by itself (RUNS_LEASE
 due for takeover. A slot is keyed by its job: the job's run lease decides who holds it, its expiry
 (renewed with the lease) returns a dead replica's slots within RUNS_LEASE.
 
-Step 2 reads every partition at most every FULL_READ_MS; in between, only the partitions this replica saw
-waiting jobs in (at its last read, or in a `line` doorbell, or as a job went back in line here), so a
-pass of a short line costs a few reads instead of 64. A job another replica heard of is seen here by the
-next full read at the latest.
+Step 2 reads every partition at most every FULL_READ_MS; in between, only the partitions this replica knows
+to hold waiting jobs: seen at its last read, named by a `line J` message (the create's write publishes it to
+every replica, `heard`), or of a job that went back in line here. A pass of a short line then costs a few
+reads instead of 64; a job that went back in line at another replica is seen by the next full read.
 """
 
 from __future__ import annotations
