@@ -22,10 +22,12 @@ async def test_a_receiver_failing_fewer_times_than_the_retries_still_gets_it(
     # When a job completes
     created = await create(replica, {"input": "hello"})
     reports = await receiver.until(created["run_id"], "done")
-    # Then the first version went out on its third attempt, and nothing was exhausted
+    # Then the first version went out on its third attempt, and nothing was exhausted. That version is the
+    # creation's (running) unless the run ended before the sender took the key: the newer version is then
+    # the key's pending delivery (S5: the latest version at least once), as seen on a loaded cluster.
     failed = [post for post in receiver.posts if post.status == 500]
     assert len(failed) == 2 and all(post.body == receiver.acknowledged(created["run_id"])[0].body for post in failed)
-    assert reports[0]["state"] == "running" and reports[-1]["state"] == "done"
+    assert reports[0]["state"] in ("running", "done") and reports[-1]["state"] == "done"
     assert deliveries(replica, "retried") == 2 and deliveries(replica, "exhausted") == 0
 
 

@@ -100,7 +100,9 @@ async def test_a_denied_approval_reports_the_command(make_board_replica: BoardFa
     answer = await replica.post(f"/v1/runs/{job_id}/approval", json={"choice": "deny"})
     assert answer.status == 200
     reports = await receiver.until(job_id, "approval_denied")
-    assert states(reports) == ["running", "approval_denied"]
+    # the running version goes out unless the denial superseded it while it was pending (S5: the latest
+    # version at least once; seen on a loaded cluster, where the sender's bell is a hint)
+    assert states(reports) in (["running", "approval_denied"], ["approval_denied"])
     check_versions(reports)
     assert reports[-1]["error"] == DANGEROUS_COMMAND
 

@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
@@ -134,6 +135,7 @@ class Line(RuleBasedStateMachine):
         assert (line.refusing is not None) == self.refusing
 
 
+@pytest.mark.timeout(300)  # ~50 s here; past the suite's 60 s pytest-timeout stops it mid-example (a "flaky" error)
 def test_the_line_under_any_sequence_of_answers(redis_server: RedisServer) -> None:
     Line.url = redis_server.url
     run_state_machine_as_test(Line, settings=settings(max_examples=60, stateful_step_count=40, deadline=None))
