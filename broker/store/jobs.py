@@ -13,7 +13,7 @@ from broker.admission.state import line_place
 from broker.codec import decode, decode_board, decode_view, encode, encode_board, encode_view
 from broker.errors import JobNotFound, LeaseLost, StreamConflict
 from broker.events import JobCreated, JobEvent, JobStatus
-from broker.store import keys
+from broker.store import keys, signals
 from broker.store.connection import is_cluster
 from broker.store.durability import Durability
 from broker.store.scripts import Scripts, as_strings, ring_work
@@ -145,7 +145,8 @@ class JobStore:
         if ring is not None and not self._cluster:
             write["ring"] = ring
         if expected == "$new":
-            write["line"], write["place"], write["joined"] = "enter", line_place(view), keys.SIGNALS
+            write["line"], write["place"] = "enter", line_place(view)
+            write["joined"] = {"channel": keys.SIGNALS, "message": signals.joined_message(job_id)}
         elif view.status.terminal:
             write["line"] = "leave"
         state, report = b"", b""

@@ -24,6 +24,11 @@ async def nudge(redis: Redis, job_id: str) -> None:
     await redis.publish(keys.SIGNALS, job_id)
 
 
+def joined_message(job_id: str) -> str:
+    """What the create's write publishes for a job that joined the line (the job write script sends it)."""
+    return f"{JOINED}{job_id}"
+
+
 def joined(message: str) -> str | None:
     """The job a `line J` message names; None for a nudge."""
     return message[len(JOINED) :] if message.startswith(JOINED) else None

@@ -20,8 +20,8 @@
 --   line       'enter': the job joins the admission line at `place` (arrival order);
 --              'leave': it leaves the line (it is terminal)
 --   place      with 'enter': its score in the line
---   joined     with 'enter': the nudge channel, told 'line <job>' so every replica's next admission pass
---              reads the job's partition (PUBLISH names no key)
+--   joined     with 'enter': {channel, message}: published so every replica's next admission pass reads
+--              the job's partition (broker/store/signals.py; PUBLISH names no key)
 --   board      present: a new board version {at, change ('1' = state change), expire (epoch ms),
 --              refresh (ms), now (epoch ms)}
 --   index      present (the job's status or updated_at changed): the listing entry {score (the view's
@@ -53,7 +53,7 @@ end
 if w.line == 'enter' then
   redis.call('ZADD', KEYS[9], w.place, w.job)
   if w.joined then
-    redis.call('PUBLISH', w.joined, 'line ' .. w.job)
+    redis.call('PUBLISH', w.joined.channel, w.joined.message)
   end
 elseif w.line == 'leave' then
   redis.call('ZREM', KEYS[9], w.job)

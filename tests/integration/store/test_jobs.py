@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from redis.asyncio import Redis
 
 from broker.codec import decode_view
 from broker.errors import JobNotFound, LeaseLost, StreamConflict
 from broker.events import HermesEventRecorded, HoldReason, JobCreated, JobEvent, JobHeld, RunAccepted, StopRequested
-from broker.store import keys
+from broker.store import keys, signals
 from broker.store.jobs import JobStore
 from projections.job import JobView, fold
 from tests.conftest import BOTH_BACKENDS
@@ -44,6 +46,21 @@ async def _create(store: JobStore) -> str:
     created = await store.create(_created(), _view())
     assert created.created
     return created.snapshot.last_id
+
+
+async def test_a_create_tells_every_replica_its_job_joined_the_line(store: JobStore, redis: Redis) -> None:
+    heard: list[str | None] = []
+
+    async def listen() -> None:
+        async for message in signals.nudges(redis):
+            heard.append(signals.joined(message))
+            return
+
+    listener = asyncio.create_task(listen())
+    await asyncio.sleep(0.2)  # subscribed
+    await _create(store)
+    await asyncio.wait_for(listener, 5)
+    assert heard == [JOB]
 
 
 async def test_create_claims_the_job_once(store: JobStore, redis: Redis) -> None:
