@@ -149,6 +149,8 @@ class JobStore:
             write["joined"] = {"channel": keys.SIGNALS, "message": signals.joined_message(job_id)}
         elif view.status.terminal:
             write["line"] = "leave"
+        if expected == "$new" or (view.status.terminal and not (before and before.status.terminal)):
+            write["compact"] = "1"  # the stream goes quiet: give back Redis's reserve at its end
         state, report = b"", b""
         if board is not None:
             state, report = encode_board(board.state), board.report or b""
@@ -174,6 +176,7 @@ class JobStore:
                 keys.board_index(partition),
                 keys.line(partition),
                 keys.runs(partition),
+                keys.scratch(partition),
                 *(keys.runs_index(partition, status.value) for status in JobStatus),
                 *([] if self._cluster else [keys.WORK]),
             ],

@@ -18,6 +18,7 @@ hbr:{pN}:board:due           zset    job id -> when a coalesced refresh is due  
 hbr:{pN}:board:index         zset    job id -> sourceActivityAt + HERMES_TTL           none; job write
 hbr:{pN}:runs                zset    job id -> updated_at ms: the listing (S3.9)        past RUNS_RETENTION; job write
 hbr:{pN}:runs:<status>       zset    the same, one per job status (the status filter)  past RUNS_RETENTION; job write
+hbr:{pN}:scratch             stream  a job stream's compacted copy, renamed over it    exists only inside a job write
 hbr:{work}                   stream  doorbells (hints): `line` / `job`; group drivers   acked+deleted; after writes
 hbr:{board}:bell             stream  cluster only: a board version was written (hint)  ~1000; after job writes
 hbr:lock:<name>              string  token-owned locks                                 lock TTL; sender, reconciler
@@ -131,6 +132,11 @@ def runs(partition: int) -> str:
 def runs_index(partition: int, status: str) -> str:
     """The listing index of the partition's jobs in one status (SPEC S3.9)."""
     return f"{runs(partition)}:{status}"
+
+
+def scratch(partition: int) -> str:
+    """Where the job write copies a job stream to compact it; renamed over the stream in the same script."""
+    return f"{_tag(partition)}:scratch"
 
 
 def lock(name: str) -> str:

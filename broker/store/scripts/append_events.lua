@@ -4,17 +4,20 @@
 -- KEYS[1] job events   KEYS[2] job view hash   KEYS[3] job lease   KEYS[4] partition due zset
 -- KEYS[5] job board hash   KEYS[6] partition board outbox   KEYS[7] partition board due zset
 -- KEYS[8] partition board index zset   KEYS[9] partition admission line zset
--- KEYS[10] partition listing index of every job   KEYS[11..10+w.statuses] partition listing index of
---   each job status
+-- KEYS[10] partition listing index of every job   KEYS[11] partition scratch key (compaction)
+-- KEYS[12..11+w.statuses] partition listing index of each job status
 --   (one slot: every key above carries the job's partition tag {pN})
--- KEYS[11+w.statuses] work stream: only on a single Redis (with `ring`), where the doorbell costs no round
+-- KEYS[12+w.statuses] work stream: only on a single Redis (with `ring`), where the doorbell costs no round
 --   trip of its own; on a cluster it is another slot, and the caller rings it after the script
 -- ARGV[1] the write, a JSON object of strings:
 --   job        the job id
 --   expect     '' = do not check, '$new' = create only if the job does not exist, else the expected last id
 --   token      the lease token that fences the write ('' = not fenced)
 --   retention  ms every job key lives after this write
---   statuses   how many status indexes follow KEYS[10]
+--   statuses   how many status indexes follow KEYS[11]
+--   compact    present: the stream gets no more appends for a while (a create, a terminal write): copy it
+--              and rename the copy over it, which frees the room Redis reserves at the end of a stream's
+--              last node (about 4 KB) and keeps the ids, the last id and the TTL
 --   ring       present (with the work stream key): ring it with this doorbell field ('line')
 --   due        present: the job's next wake-up in the due schedule (epoch ms)
 --   line       'enter': the job joins the admission line at `place` (arrival order);
@@ -50,6 +53,10 @@ for i = 5, #ARGV do
   last = redis.call('XADD', KEYS[1], '*', 'e', ARGV[i])
   reply[#reply + 1] = last
 end
+if w.compact then
+  redis.call('COPY', KEYS[1], KEYS[11], 'REPLACE')
+  redis.call('RENAME', KEYS[11], KEYS[1])
+end
 if w.line == 'enter' then
   redis.call('ZADD', KEYS[9], w.place, w.job)
   if w.joined then
@@ -67,7 +74,7 @@ redis.call('PEXPIRE', KEYS[2], w.retention)
 if w.due then
   redis.call('ZADD', KEYS[4], w.due, w.job)
 end
-local last_status = 10 + tonumber(w.statuses)
+local last_status = 11 + tonumber(w.statuses)
 if w.ring and KEYS[last_status + 1] then
   redis.call('XADD', KEYS[last_status + 1], 'MAXLEN', '~', 100000, '*', w.ring, w.job)
 end
@@ -78,7 +85,7 @@ if x then
   -- its status, out of its previous status's index. Entries past the retention of this write's time are
   -- trimmed from the indexes a job enters (their jobs have expired; the reader skips them too).
   local target, from = nil, nil
-  for i = 11, last_status do
+  for i = 12, last_status do
     if KEYS[i] == x.key then
       target = KEYS[i]
     elseif KEYS[i] == x.from or x.sweep then

@@ -9,7 +9,17 @@ from redis.asyncio import Redis
 
 from broker.codec import decode_view
 from broker.errors import JobNotFound, LeaseLost, StreamConflict
-from broker.events import HermesEventRecorded, HoldReason, JobCreated, JobEvent, JobHeld, RunAccepted, StopRequested
+from broker.events import (
+    HermesEventRecorded,
+    HoldReason,
+    JobCreated,
+    JobEvent,
+    JobFinished,
+    JobHeld,
+    JobStatus,
+    RunAccepted,
+    StopRequested,
+)
 from broker.store import keys, signals
 from broker.store.jobs import JobStore
 from projections.job import JobView, fold
@@ -153,6 +163,39 @@ async def test_an_append_renews_retention(store: JobStore, redis: Redis) -> None
     await store.append(JOB, _holds(1), _view(*_holds(1)), expected_last_id=last)
     assert await redis.pttl(keys.events(JOB)) > 50_000
     assert await redis.pttl(keys.view(JOB)) > 50_000
+
+
+async def test_a_created_and_a_finished_job_stream_hold_no_room_for_more(store: JobStore, redis: Redis) -> None:
+    # Redis 7 reserves about 4 KB at the end of a stream's newest node; the job write gives it back when the
+    # stream goes quiet (a create, a terminal write), keeping ids, last id and TTL.
+    body = '{"input":"' + "x" * 700 + '"}'
+    created = _created(body=body)
+    view = fold([created])
+    assert view is not None
+    first = (await store.create(created, view)).snapshot.last_id
+    assert await redis.memory_usage(keys.events(JOB)) < 2_048
+    events: list[JobEvent] = [RunAccepted(job_id=JOB, at_ms=T0 + 1, attempt=1, hermes_run_id="run_1")]
+    events += [
+        HermesEventRecorded(job_id=JOB, at_ms=T0 + 2, attempt=1, hermes_run_id="run_1", name="message.delta",
+                            payload='{"event":"message.delta","delta":"' + "y" * 150 + '"}')
+        for _ in range(20)
+    ]  # fmt: skip
+    view = fold(events, view)
+    assert view is not None
+    ids = await store.append(JOB, events, view, expected_last_id=first)
+    finished = JobFinished(job_id=JOB, at_ms=T0 + 3, status=JobStatus.COMPLETED, attempt=1, output="done")
+    done = fold([finished], view)
+    assert done is not None and done.status.terminal
+    [last] = await store.append(JOB, [finished], done, expected_last_id=ids[-1], before=view)
+    tight = keys.scratch(keys.partition_of(JOB))  # a copy of a stream holds no reserve
+    await redis.copy(keys.events(JOB), tight)
+    assert await redis.memory_usage(keys.events(JOB)) <= await redis.memory_usage(tight) + 100  # + its longer name
+    await redis.delete(tight)
+    assert 0 < await redis.pttl(keys.events(JOB)) <= 60_000
+    assert [entry_id for entry_id, _ in await store.read(JOB)] == [first, *ids, last]
+    # And a later append (a repair, say) still gets a later id
+    [after] = await store.append(JOB, _holds(1), done, expected_last_id=last)
+    assert after > last
 
 
 async def test_an_unreadable_view_is_refolded_from_the_stream(store: JobStore, redis: Redis) -> None:
