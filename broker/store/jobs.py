@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Sequence
 from typing import cast
 
@@ -162,24 +163,9 @@ class JobStore:
                     "refresh": str(board.refresh_ms),
                     "now": str(board.now_ms),
                 }
-        partition = keys.partition_of(job_id)
         reply = await self._scripts.run(
             self._scripts.append_events,
-            keys=[
-                keys.events(job_id),
-                keys.view(job_id),
-                keys.lease(job_id),
-                keys.due(partition),
-                keys.board(job_id),
-                keys.board_outbox(partition),
-                keys.board_due(partition),
-                keys.board_index(partition),
-                keys.line(partition),
-                keys.runs(partition),
-                keys.scratch(partition),
-                *(keys.runs_index(partition, status.value) for status in JobStatus),
-                *([] if self._cluster else [keys.WORK]),
-            ],
+            keys=[*_write_keys(job_id), *([] if self._cluster else [keys.WORK])],
             args=[orjson.dumps(write), encode_view(view), state, report, *(encode(event) for event in events)],
         )
         return as_strings(reply)
@@ -221,6 +207,27 @@ class JobStore:
         if view is None:
             raise JobNotFound(job_id)
         return Snapshot(view, history[-1][0])
+
+
+@functools.lru_cache(maxsize=4096)
+def _write_keys(job_id: str) -> tuple[str, ...]:
+    """The KEYS of append_events.lua of the job (all in its partition's slot), for the jobs a replica is
+    writing now."""
+    partition = keys.partition_of(job_id)
+    return (
+        keys.events(job_id),
+        keys.view(job_id),
+        keys.lease(job_id),
+        keys.due(partition),
+        keys.board(job_id),
+        keys.board_outbox(partition),
+        keys.board_due(partition),
+        keys.board_index(partition),
+        keys.line(partition),
+        keys.runs(partition),
+        keys.scratch(partition),
+        *(keys.runs_index(partition, status.value) for status in JobStatus),
+    )
 
 
 def _entries(reply: object) -> list[tuple[str, dict[str, str]]]:

@@ -26,6 +26,9 @@ from redis.exceptions import ConnectionError, DataError
 from redis.typing import EncodableT
 
 
+_BUFFERS = (bytearray, memoryview)
+
+
 class HiredisPackingConnection(Connection):
     """A TCP connection that packs commands with hiredis; the bytes are redis-py's own
     (tests/unit/store/test_packing.py)."""
@@ -36,9 +39,12 @@ class HiredisPackingConnection(Connection):
             args = (*first.encode().split(), *args[1:])
         elif isinstance(first, bytes) and b" " in first:
             args = (*first.split(), *args[1:])
-        flat = tuple(bytes(arg) if isinstance(arg, bytearray | memoryview) else arg for arg in args)
         try:
-            return [hiredis.pack_command(flat)]  # type: ignore[arg-type]  # its stub types a 1-tuple
+            return [hiredis.pack_command(args)]  # type: ignore[arg-type]  # its stub types a 1-tuple
+        except TypeError:  # it takes str, int, float and bytes: other buffers go as their bytes
+            flat = tuple(bytes(arg) if isinstance(arg, _BUFFERS) else arg for arg in args)
+        try:
+            return [hiredis.pack_command(flat)]  # type: ignore[arg-type]
         except TypeError as error:
             raise DataError(str(error)) from error
 
