@@ -47,8 +47,7 @@ class JobView:
     status: JobStatus
     created_at_ms: int
     updated_at_ms: int
-    body: str
-    fingerprint: str
+    fingerprint: str  #: the execution body itself stays in the job's JobCreated (JobStore.execution_body)
     idempotency_key: str | None = None
     session_key: str | None = None
     session_id: str | None = None
@@ -92,7 +91,6 @@ def _created(event: JobCreated) -> JobView:
         status=JobStatus.QUEUED,
         created_at_ms=event.at_ms,
         updated_at_ms=event.at_ms,
-        body=event.body,
         fingerprint=event.fingerprint,
         idempotency_key=event.idempotency_key,
         session_key=event.session_key,

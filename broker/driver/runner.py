@@ -58,7 +58,14 @@ class Runner:
     """Drives one job; `admitted`: it was granted an admission slot, so it may create the job's run."""
 
     def __init__(
-        self, job_id: str, token: str, deps: Deps, *, admitted: bool = False, stored: dict[str, str] | None = None
+        self,
+        job_id: str,
+        token: str,
+        deps: Deps,
+        *,
+        admitted: bool = False,
+        stored: dict[str, str] | None = None,
+        created: str | None = None,
     ) -> None:
         self.job_id = job_id
         self.token = token
@@ -68,6 +75,8 @@ class Runner:
         self.view: JobView | None = None  #: the job as last seen
         self._deps = deps
         self._stored = stored  #: the job's view hash as read with the grant (None: read it first)
+        self._created = created  #: its JobCreated JSON as read with the grant (None: read it when submitting)
+        self._body: str | None = None  #: the execution body, once read
         self._wake = asyncio.Event()
         self._pump: Pump | None = None
         self._stop_sent_attempt = 0
@@ -120,8 +129,10 @@ class Runner:
 
     async def _submit(self, snapshot: Snapshot, action: Submit) -> Snapshot:
         view, deps = snapshot.view, self._deps
+        if self._body is None:
+            self._body = await deps.writer.store.execution_body(self.job_id, self._created)
         outcome = await deps.hermes.create(
-            view.body.encode(), idempotency_key=action.idempotency_key, session_key=view.session_key
+            self._body.encode(), idempotency_key=action.idempotency_key, session_key=view.session_key
         )
         now, policy = deps.clock.now_ms(), deps.policy
         refused = decide.refusal_of(outcome)

@@ -144,7 +144,7 @@ class Supervisor:
             grants = await self._deps.gate.admit(self._deps.clock.now_ms(), free)
             wake_at = grants.wake_at_ms
             for grant in grants.grants:  # each came with its run lease (admission_claim.lua)
-                self._start(grant.job_id, grant.token, admitted=True, stored=grant.stored)
+                self._start(grant.job_id, grant.token, admitted=True, stored=grant.stored, created=grant.created)
 
     async def _claim(self, job_id: str) -> bool:
         """Start a runner for the job under a new lease; False when it is driven already."""
@@ -157,9 +157,17 @@ class Supervisor:
         self._start(job_id, token, admitted=False)
         return True
 
-    def _start(self, job_id: str, token: str, *, admitted: bool, stored: dict[str, str] | None = None) -> None:
+    def _start(
+        self,
+        job_id: str,
+        token: str,
+        *,
+        admitted: bool,
+        stored: dict[str, str] | None = None,
+        created: str | None = None,
+    ) -> None:
         self._log.debug("Acquired a run lease.", extra={"job": job_id, "replica": self.replica})
-        runner = Runner(job_id, token, self._deps, admitted=admitted, stored=stored)
+        runner = Runner(job_id, token, self._deps, admitted=admitted, stored=stored, created=created)
         task = asyncio.create_task(self._run(runner), name=f"runner-{job_id}")
         self._runners[job_id] = (runner, task)
 

@@ -48,6 +48,7 @@ class Grant:
     job_id: str
     token: str  #: the run lease taken with the grant
     stored: dict[str, str]  #: the job's view hash as claimed (the fields it has), for its runner
+    created: str | None  #: its JobCreated event JSON (the execution body), for its runner
 
 
 @frozen
@@ -126,7 +127,13 @@ class AdmissionStore:
             self._scripts.admission_claim,
             [
                 (
-                    [keys.line(partition), keys.lease(job_id), keys.due(partition), keys.view(job_id)],
+                    [
+                        keys.line(partition),
+                        keys.lease(job_id),
+                        keys.due(partition),
+                        keys.view(job_id),
+                        keys.events(job_id),
+                    ],
                     [job_id, token, p.slot_ttl_ms, now_ms + p.slot_ttl_ms],
                 )
                 for job_id, token, partition in heads
@@ -141,10 +148,11 @@ class AdmissionStore:
             triples += [reservations[len(grants)], job_id, _text(claimed[1])]
             stored = {
                 name: _text(value)
-                for name, value in zip(("state", "last_id", "board"), claimed[2:], strict=False)
+                for name, value in zip(("state", "last_id", "board"), claimed[2:5], strict=False)
                 if value is not None
             }
-            grants.append(Grant(job_id, token, stored))
+            created = claimed[5] if len(claimed) > 5 else None
+            grants.append(Grant(job_id, token, stored, None if created is None else _text(created)))
         await self._scripts.admission_grant(
             keys=_RESERVE_KEYS, args=[now_ms, p.slot_ttl_ms, len(grants), *triples, *reservations[len(grants) :]]
         )

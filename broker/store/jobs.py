@@ -189,6 +189,17 @@ class JobStore:
         board = decode_board(stored["board"]) if "board" in stored else None
         return Snapshot(view, stored.get("last_id", START), board)
 
+    async def execution_body(self, job_id: str, created: str | None = None) -> str:
+        """The body Hermes gets (SPEC S3.1): kept once, in the job's JobCreated, the first entry of its stream
+        (`created`: that event's JSON, when it was read already)."""
+        if created is None:
+            entries = _entries(await self._redis.xrange(keys.events(job_id), count=1))
+            created = entries[0][1].get(keys.EVENT_FIELD) if entries else None
+        event = decode(created) if created is not None else None
+        if not isinstance(event, JobCreated):
+            raise JobNotFound(job_id)
+        return event.body
+
     async def read(self, job_id: str, after: str = START, count: int | None = None) -> list[tuple[str, JobEvent]]:
         """Events strictly after `after`, oldest first."""
         entries = await self._redis.xrange(keys.events(job_id), min=f"({after}", max="+", count=count)

@@ -25,7 +25,6 @@ from redis.asyncio.connection import AbstractConnection, Connection
 from redis.exceptions import ConnectionError, DataError
 from redis.typing import EncodableT
 
-
 _BUFFERS = (bytearray, memoryview)
 
 

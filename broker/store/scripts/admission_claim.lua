@@ -1,13 +1,14 @@
 -- Take a job off its partition's admission line together with its run lease, and make it due for
 -- takeover when the lease would lapse (as acquire_lease.lua does), atomically: a crash after this loses
 -- nothing (the job is taken over); another replica holding the lease leaves the job in the line. The
--- job's stored view comes back with the claim, so its runner starts without reading it again.
+-- job's stored view and its JobCreated (the stream's first entry: the execution body) come back with the
+-- claim, so its runner starts without reading them again.
 -- KEYS[1] partition line zset   KEYS[2] job lease   KEYS[3] partition due zset   KEYS[4] job view hash
---   (one slot: {pN})
+-- KEYS[5] job events   (one slot: {pN})
 -- ARGV[1] job   ARGV[2] lease token   ARGV[3] lease ms   ARGV[4] takeover deadline (epoch ms)
--- Returns {1, place, view state, last id, board fold state} when claimed (false for a field the view
--- hash lacks); {0} when the job is not in the line (any more); {-1} when another holder has its lease
--- (the job stays in the line).
+-- Returns {1, place, view state, last id, board fold state, JobCreated JSON} when claimed (false for a
+-- field the view hash lacks, or no stream); {0} when the job is not in the line (any more); {-1} when
+-- another holder has its lease (the job stays in the line).
 local place = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not place then
   return {0}
@@ -18,4 +19,5 @@ end
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZADD', KEYS[3], ARGV[4], ARGV[1])
 local view = redis.call('HMGET', KEYS[4], 'state', 'last_id', 'board')
-return {1, place, view[1], view[2], view[3]}
+local first = redis.call('XRANGE', KEYS[5], '-', '+', 'COUNT', 1)[1]
+return {1, place, view[1], view[2], view[3], first and first[2][2] or false}

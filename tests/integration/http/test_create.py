@@ -118,6 +118,9 @@ async def test_the_stored_event_holds_only_the_execution_body(client: TestClient
     created = history[0][1]
     assert orjson.loads(created.body) == {"input": "x", "instructions": "i"}  # type: ignore[union-attr]
     assert created.session_key == "sk"  # type: ignore[union-attr]
+    # kept there only: the view does not repeat it
+    assert "body" not in orjson.loads((await redis.hgetall(keys.view(job["run_id"])))["state"])
+    assert await JobStore(redis, retention_ms=60_000).execution_body(job["run_id"]) == created.body  # type: ignore[union-attr]
 
 
 async def test_an_unknown_id_answers_404(client: TestClient[Any, Any]) -> None:
