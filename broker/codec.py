@@ -1,5 +1,9 @@
 """Bytes <-> events. Stored events decode leniently: unknown fields are ignored and unknown
-`type` tags become `UnknownEvent`, so old and new replicas can share streams."""
+`type` tags become `UnknownEvent`, so old and new replicas can share streams.
+
+Fields at their defaults are left out of what is stored, so a default is part of the stored format: it never
+changes, and a field that has none never gets one (every version of broker/events.py so far keeps to this;
+a replica that reads an event without the field then reads the same value)."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from broker.events import JobEvent, UnknownEvent
 from projections.board import BoardState
 from projections.job import JobView
 
-event_codec: OrjsonConverter = make_converter()
+event_codec: OrjsonConverter = make_converter(omit_if_default=True)
 configure_tagged_union(
     JobEvent,
     event_codec,
@@ -39,8 +43,7 @@ def to_builtins(event: JobEvent) -> dict[str, Any]:
     return cast(dict[str, Any], event_codec.unstructure(event, unstructure_as=JobEvent))
 
 
-#: Projections are caches of the streams (refolded when unreadable): fields at their defaults are left out,
-#: which keeps a queued job's view about a fifth smaller. Events keep every field: they are the record.
+#: Projections are caches of the streams (refolded when unreadable), stored the same way.
 view_codec: OrjsonConverter = make_converter(omit_if_default=True)
 _Stored = TypeVar("_Stored", JobView, BoardState)
 
