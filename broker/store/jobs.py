@@ -224,13 +224,14 @@ class JobStore:
 def _write_keys(job_id: str) -> tuple[str, ...]:
     """The KEYS of append_events.lua of the job (all in its partition's slot), for the jobs a replica is
     writing now."""
-    partition = keys.partition_of(job_id)
+    due, *shared = _partition_write_keys(keys.partition_of(job_id))
+    return (keys.events(job_id), keys.view(job_id), keys.lease(job_id), due, keys.board(job_id), *shared)
+
+
+@functools.cache
+def _partition_write_keys(partition: int) -> tuple[str, ...]:
     return (
-        keys.events(job_id),
-        keys.view(job_id),
-        keys.lease(job_id),
         keys.due(partition),
-        keys.board(job_id),
         keys.board_outbox(partition),
         keys.board_due(partition),
         keys.board_index(partition),

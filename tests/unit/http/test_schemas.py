@@ -6,12 +6,12 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.errors import InvalidRequest
 from broker.events import Context, Link, Reporting
-from broker.http.schemas import parse_create
+from broker.http.schemas import _PLAIN_URL, parse_create, url_problem
 from broker.ids import fingerprint
 from broker.jobs.commands import CreateRun
 
@@ -138,3 +138,23 @@ def test_any_header_values_are_either_accepted_or_a_named_400(key: str, session:
         return
     assert run.idempotency_key == key
     assert 1 <= len(key) <= 255 and all(0x21 <= ord(c) <= 0x7E for c in key)
+
+
+URL_LIKE = st.text(alphabet="hHtTpPsS:/.@#?[]%-_aZ09 \t\n\u00aa\uff0f", max_size=12)
+
+
+@settings(max_examples=2_000)
+@given(st.sampled_from(["http://", "https://", "HTTP://", " http://", ""]).flatmap(lambda s: URL_LIKE.map(s.__add__)))
+def test_the_plain_url_shortcut_only_takes_urls_the_full_check_takes(url: str) -> None:
+    if _PLAIN_URL.match(url):
+        assert url_problem(url) is None
+
+
+@pytest.mark.parametrize(
+    ("url", "plain"),
+    [("https://git.example.com/group/x/-/merge_requests/1", True), ("http://h:8080", True),
+     ("http://h?q", True), ("HTTP://h/", False), ("http://u@h/", False), ("http://[::1]/", False),
+     ("http://h\t/", False), ("http:///p", False)],
+)  # fmt: skip
+def test_common_urls_take_the_shortcut_and_the_rest_the_full_check(url: str, plain: bool) -> None:
+    assert bool(_PLAIN_URL.match(url)) is plain
