@@ -102,6 +102,7 @@ class AdmissionStore:
         self._scripts = Scripts(redis)
         self.pacing = pacing
         self._waiting: set[int] = set()  #: partitions last seen (or heard) with waiting jobs, by this replica
+        self._heard: set[int] = set()  #: partitions heard of since the last read began (it may predate the job)
         self._full_read_at = -FULL_READ_MS  #: when a pass last read every partition (epoch ms)
 
     async def admit(self, now_ms: int, most: int) -> Grants:
@@ -160,12 +161,15 @@ class AdmissionStore:
 
     def heard(self, job_id: str) -> None:
         """A job is (back) in the line: the next pass reads its partition."""
-        self._waiting.add(keys.partition_of(job_id))
+        partition = keys.partition_of(job_id)
+        self._waiting.add(partition)
+        self._heard.add(partition)
 
     async def _heads(self, most: int, partitions: Iterable[int]) -> list[tuple[str, str, int]]:
         """The oldest `most` waiting jobs over the lines of `partitions`, oldest first, as (job, a new lease
         token, partition); what is left in each line is remembered for the next pass."""
         read = list(partitions)
+        self._heard.clear()
         async with self._redis.pipeline(transaction=False) as pipe:
             for partition in read:  # raw: redis-py's pairing of scores cost more than the read itself
                 pipe.execute_command("ZRANGE", keys.line(partition), 0, most - 1, "WITHSCORES")
@@ -179,7 +183,7 @@ class AdmissionStore:
         for partition, line in lines.items():
             if len(line) > taken[partition] or len(line) == most:  # jobs stay there (or may: it was read to n)
                 self._waiting.add(partition)
-            else:
+            elif partition not in self._heard:  # a job heard of while the read was on its way may be newer
                 self._waiting.discard(partition)
         return heads
 
