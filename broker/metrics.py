@@ -22,7 +22,7 @@ class Metrics:
         )
         self.board_deliveries = Counter("hbr_board_deliveries", "Board deliveries.", ["outcome"], registry=r)
         self.sse_open = Gauge("hbr_sse_streams_open", "Open SSE streams.", registry=r)
-        self.queue_depth = Gauge("hbr_queue_depth", "Jobs waiting in the work stream.", registry=r)
+        self.queue_depth = Gauge("hbr_queue_depth", "Jobs waiting in the admission line.", registry=r)
         self.oldest_queued_age = Gauge("hbr_oldest_queued_seconds", "Age of the oldest queued job.", registry=r)
         self.refused_creates = Counter(
             "hbr_hermes_refused_creates", "Creates Hermes refused (this replica).", ["reason"], registry=r

@@ -35,15 +35,13 @@ async def ready_report(app: web.Application) -> dict[str, object]:
     try:
         async with asyncio.timeout(READY_TIMEOUT_S):
             await app[redis_key].ping()
-            stats = await work.queue_stats(app[redis_key])
+            admission = await _admission(app)
+            scheduled = await work.scheduled_jobs(app[redis_key])
         report["redis"] = True
-        report["queue_depth"] = stats.depth
-        oldest = stats.oldest_ms
-        age_ms = None if oldest is None else max(0, app[clock_key].now_ms() - oldest)
-        report["oldest_queued_age_ms"] = age_ms
-        report["scheduled_jobs"] = stats.scheduled
-        _set_gauges(app, stats.depth, age_ms)
-        report["admission"] = await _admission(app)
+        report["queue_depth"] = admission["line"]  # queued: waiting in the admission line for a Hermes run
+        report["oldest_queued_age_ms"] = admission["oldest_wait_ms"]
+        report["scheduled_jobs"] = scheduled
+        report["admission"] = admission
         if is_cluster(app[redis_key]):
             cluster = report["cluster"] = await cluster_state(app[redis_key])
             report["redis"] = cluster["state"] == "ok"
@@ -58,16 +56,13 @@ async def ready_report(app: web.Application) -> dict[str, object]:
     return report
 
 
-def _set_gauges(app: web.Application, depth: int, age_ms: int | None) -> None:
-    metrics = app[metrics_key]
-    metrics.queue_depth.set(depth)
-    metrics.oldest_queued_age.set(0 if age_ms is None else age_ms / 1000)
-
-
 async def _admission(app: web.Application) -> dict[str, object]:
     """The admission line (SPEC S3.8, S4.1): live runs against the limit, the line, the refusal; gauges too."""
     line = await app[admission_key].state(app[clock_key].now_ms())
-    gauges = app[metrics_key].admission
+    metrics = app[metrics_key]
+    metrics.queue_depth.set(line.waiting)
+    metrics.oldest_queued_age.set((line.oldest_wait_ms or 0) / 1000)
+    gauges = metrics.admission
     for name, value in (
         ("live_runs", line.live),
         ("limit", line.limit),
@@ -98,10 +93,7 @@ async def metrics(request: web.Request) -> web.Response:
     app = request.app
     with contextlib.suppress(RedisError, OSError, TimeoutError):
         async with asyncio.timeout(READY_TIMEOUT_S):
-            await _admission(app)
-            stats = await work.queue_stats(app[redis_key])
-        oldest = stats.oldest_ms
-        _set_gauges(app, stats.depth, None if oldest is None else max(0, app[clock_key].now_ms() - oldest))
+            await _admission(app)  # sets the queue and admission gauges
     registry = app[metrics_key]
     return web.Response(body=registry.render(), content_type="text/plain", charset="utf-8")
 

@@ -9,7 +9,7 @@ re-reads its stream on its own."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import cast
 
 from redis.asyncio import Redis, RedisCluster
@@ -34,9 +34,9 @@ def joined(message: str) -> str | None:
     return message[len(JOINED) :] if message.startswith(JOINED) else None
 
 
-async def nudges(redis: Redis) -> AsyncIterator[str]:
+async def nudges(redis: Redis, subscribed: Callable[[], None] = lambda: None) -> AsyncIterator[str]:
     """Messages as they are published (job ids, and `line J`); ends (raises) when the connection drops, so
-    callers re-subscribe."""
+    callers re-subscribe. `subscribed` is called once listening: what was published before is missed."""
     node_client: Redis | None = None
     if is_cluster(redis):
         cluster = cast(RedisCluster, redis)
@@ -55,6 +55,7 @@ async def nudges(redis: Redis) -> AsyncIterator[str]:
     pubsub = (node_client or redis).pubsub(ignore_subscribe_messages=True)
     try:
         await pubsub.subscribe(keys.SIGNALS)
+        subscribed()
         async for message in pubsub.listen():
             if message.get("type") == "message":
                 data = message["data"]

@@ -12,6 +12,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 from redis.asyncio import Redis
 
+from broker.driver import supervisor
 from broker.simulator.state import Simulator
 from broker.store import keys
 from tests.conftest import BOTH_BACKENDS
@@ -88,6 +89,32 @@ async def test_jobs_get_hermes_runs_in_arrival_order_across_two_replicas(
     assert len(create_keys(sim, 429)) <= 3
     admission = (await readiness(a))["admission"]
     assert admission["limit"] == 3 and admission["learnt"] is True and admission["line"] == 0
+
+
+async def test_a_new_job_moves_the_line_of_every_replica_without_waiting_for_a_tick(
+    make_replica: ClientFactory, sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given two replicas whose admission passes never run by the clock
+    monkeypatch.setattr(supervisor, "ADMIT_TICK_S", 3_600.0)
+    a, b = await make_replica(), await make_replica()
+    # When jobs arrive through either (each is announced to every replica as it joins the line)
+    created = [(await create(a if i % 2 else b, {"input": f"job {i}"}))["run_id"] for i in range(4)]
+    # Then each gets its Hermes run
+    done = [await settled(a, job_id, timeout=15) for job_id in created]
+    assert [d["status"] for d in done] == ["completed"] * 4
+    assert sorted(create_keys(sim, 202)) == sorted(created)
+
+
+async def test_a_replica_that_starts_listening_looks_at_the_line_at_once(
+    make_client: ClientFactory, make_replica: ClientFactory, sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a job that joined the line while no replica was listening, and passes that never run by the clock
+    monkeypatch.setattr(supervisor, "ADMIT_TICK_S", 3_600.0)
+    created = (await create(await make_client(), {"input": "early"}))["run_id"]
+    # When a driving replica starts, Then it gets the job its Hermes run
+    replica = await make_replica()
+    assert (await settled(replica, created, timeout=15))["status"] == "completed"
+    assert create_keys(sim, 202) == [created]
 
 
 async def test_a_pinned_limit_is_never_exceeded_and_never_learnt(make_replica: ClientFactory, sim: Simulator) -> None:
