@@ -187,6 +187,9 @@ def _safe(url: str) -> str:
     return f"{scheme}://***@{rest.rpartition('@')[2]}"
 
 
+_REQUEST_LOG = get_logger("broker.http.app.RequestLog")
+
+
 @web.middleware
 async def _request_log(request: web.Request, handler: Handler) -> web.StreamResponse:
     started = time.perf_counter()
@@ -206,9 +209,8 @@ async def _request_log(request: web.Request, handler: Handler) -> web.StreamResp
         "durationMs": round((time.perf_counter() - started) * 1000, 1),
         "remote": request.remote,
     }
-    log = get_logger("broker.http.app.RequestLog")
     if quiet:
-        log.debug("Answered a request.", extra=fields)
+        _REQUEST_LOG.debug("Answered a request.", extra=fields)
     else:
-        log.info("Answered a request.", extra=fields)
+        _REQUEST_LOG.info("Answered a request.", extra=fields)
     return response
