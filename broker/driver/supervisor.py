@@ -120,7 +120,7 @@ class Supervisor:
                 pipe.xack(keys.WORK, keys.WORK_GROUP, *ids)
                 pipe.xdel(keys.WORK, *ids)
                 await pipe.execute()
-            joined = [fields["line"] for _, fields in entries if "line" in fields]  # rung by replicas <= 0.x
+            joined = [fields["line"] for _, fields in entries if "line" in fields]  # rung by older brokers
             if joined:
                 for job_id in joined:
                     self._deps.gate.heard(job_id)
