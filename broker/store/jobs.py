@@ -187,10 +187,10 @@ class JobStore:
     async def execution_body(self, job_id: str, created: str | None = None) -> str:
         """The body Hermes gets (SPEC S3.1): kept once, in the job's JobCreated, the first entry of its stream
         (`created`: that event's JSON, when it was read already)."""
-        if created is None:
-            entries = _entries(await self._redis.xrange(keys.events(job_id), count=1))
-            created = entries[0][1].get(keys.EVENT_FIELD) if entries else None
-        event = decode(created) if created is not None else None
+        if created is not None:
+            event: JobEvent | None = decode(created)
+        else:
+            event = next((first for _, first in await self.read(job_id, count=1)), None)
         if not isinstance(event, JobCreated):
             raise JobNotFound(job_id)
         return event.body
