@@ -17,7 +17,7 @@ from broker.events import JobCreated, JobEvent, JobStatus
 from broker.store import keys, signals
 from broker.store.connection import is_cluster
 from broker.store.durability import Durability
-from broker.store.scripts import Scripts, as_strings
+from broker.store.scripts import Scripts, as_strings, ring_work
 from projections.board import BoardState
 from projections.job import JobView, fold
 
@@ -65,14 +65,15 @@ class JobStore:
         self._hold_ms = hold_ms  # a job still waiting in the line by then is woken to expire (RUNS_HOLD)
 
     async def create(self, event: JobCreated, view: JobView, board: BoardWrite | None = None) -> Created:
-        """Store `event` and its view and put the job in the admission line, unless the job id exists already.
-        The write tells every replica the job joined the line (`line J` on the nudge channel)."""
+        """Store `event` and its view, put the job in the admission line and ring the work stream for it,
+        unless the job id exists already."""
         reply = await self._write(
-            event.job_id, [event], view, expected="$new", due_at=event.at_ms + self._hold_ms, board=board
+            event.job_id, [event], view, expected="$new", ring="line", due_at=event.at_ms + self._hold_ms, board=board
         )
         if reply[0] == "OK":
-            if self._cluster:  # the board doorbell (a hint) is another slot there
-                await self._ring_board(event.job_id, board)
+            if self._cluster:  # the doorbells (hints: the line is looked at anyway) are other slots there
+                await self._ring_board(event.job_id, board)  # first: the created version goes out before the run
+                await ring_work(self._redis, {"line": event.job_id})
             return Created(Snapshot(view, reply[1], board.state if board else None), created=True)
         existing = decode_view(reply[1]) or (await self._refold(event.job_id)).view
         return Created(Snapshot(existing, ""), created=False)
@@ -123,11 +124,13 @@ class JobStore:
         *,
         expected: str,
         token: str | None = None,
+        ring: str | None = None,
         due_at: int | None = None,
         board: BoardWrite | None = None,
         before: JobView | None = None,
     ) -> list[str]:
-        """One append_events.lua over the job's partition (one slot); acknowledged after WAIT when asked."""
+        """One append_events.lua over the job's partition (one slot; on a single Redis also the work stream,
+        when `ring`); acknowledged after WAIT when asked."""
         write: dict[str, object] = {
             "job": job_id,
             "expect": expected,
@@ -140,6 +143,8 @@ class JobStore:
             write["index"] = index
         if due_at is not None:
             write["due"] = str(due_at)
+        if ring is not None and not self._cluster:
+            write["ring"] = ring
         if expected == "$new":
             write["line"], write["place"] = "enter", line_place(view)
             write["joined"] = {"channel": keys.SIGNALS, "message": signals.joined_message(job_id)}
@@ -160,7 +165,7 @@ class JobStore:
                 }
         reply = await self._scripts.run(
             self._scripts.append_events,
-            keys=list(_write_keys(job_id)),
+            keys=[*_write_keys(job_id), *([] if self._cluster else [keys.WORK])],
             args=[orjson.dumps(write), encode_view(view), state, report, *(encode(event) for event in events)],
         )
         return as_strings(reply)

@@ -19,7 +19,7 @@ hbr:{pN}:board:index         zset    job id -> sourceActivityAt + HERMES_TTL    
 hbr:{pN}:runs                zset    job id -> updated_at ms: the listing (S3.9)        past RUNS_RETENTION; job write
 hbr:{pN}:runs:<status>       zset    the same, one per job status (the status filter)  past RUNS_RETENTION; job write
 hbr:{pN}:scratch             stream  a job stream's compacted copy, renamed over it    exists only inside a job write
-hbr:{work}                   stream  doorbells (hints): `job`; group drivers            acked+deleted; after writes
+hbr:{work}                   stream  doorbells (hints): `line` / `job`; group drivers   acked+deleted; after writes
 hbr:{board}:bell             stream  cluster only: a board version was written (hint)  ~1000; after job writes
 hbr:lock:<name>              string  token-owned locks                                 lock TTL; sender, reconciler
   hbr:lock:board:<J>         one board key's deliveries                                longest delivery; sender
@@ -31,9 +31,9 @@ hbr:{adm}:reserved           zset    slots reserved for a pass -> expiry ms     
 hbr:{adm}:slots              hash    job holding a slot -> its place in the line       none; admission
 hbr:{adm}:state              hash    the learnt limit and the refusal (probe) state    none; admission
 
-The work stream and the `line J` messages are only wake-up hints (a job is due, a job joined the line): the
-due schedules and lines are the durable memory, looked at periodically by every replica, so a lost doorbell
-or message costs a tick, never a job. The admission slots and the
+The work stream is only a wake-up hint, written by the job write itself on a single Redis (no slots there)
+and right after it on a cluster: the due schedules and lines are the durable memory, looked at
+periodically by every replica, so a lost doorbell costs a tick, never a job. The admission slots and the
 limit stay one cluster-wide set in the `{adm}` slot (Hermes is one resource); the line is per partition.
 
 Keys of the layout before partitions (broker <= 0.x, "layout 1"): `hbr:{J}:*`, `hbr:work`, `hbr:due`,

@@ -7,6 +7,8 @@
 -- KEYS[10] partition listing index of every job   KEYS[11] partition scratch key (compaction)
 -- KEYS[12..11+w.statuses] partition listing index of each job status
 --   (one slot: every key above carries the job's partition tag {pN})
+-- KEYS[12+w.statuses] work stream: only on a single Redis (with `ring`), where the doorbell costs no round
+--   trip of its own; on a cluster it is another slot, and the caller rings it after the script
 -- ARGV[1] the write, a JSON object of strings:
 --   job        the job id
 --   expect     '' = do not check, '$new' = create only if the job does not exist, else the expected last id
@@ -16,6 +18,7 @@
 --   compact    present: the stream gets no more appends for a while (a create, a terminal write): copy it
 --              and rename the copy over it, which frees the room Redis reserves at the end of a stream's
 --              last node (about 4 KB) and keeps the ids, the last id and the TTL
+--   ring       present (with the work stream key): ring it with this doorbell field ('line')
 --   due        present: the job's next wake-up in the due schedule (epoch ms)
 --   line       'enter': the job joins the admission line at `place` (arrival order);
 --              'leave': it leaves the line (it is terminal)
@@ -72,6 +75,9 @@ if w.due then
   redis.call('ZADD', KEYS[4], w.due, w.job)
 end
 local last_status = 11 + tonumber(w.statuses)
+if w.ring and KEYS[last_status + 1] then
+  redis.call('XADD', KEYS[last_status + 1], 'MAXLEN', '~', 100000, '*', w.ring, w.job)
+end
 
 local x = w.index
 if x then

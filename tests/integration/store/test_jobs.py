@@ -60,14 +60,15 @@ async def _create(store: JobStore) -> str:
 
 async def test_a_create_tells_every_replica_its_job_joined_the_line(store: JobStore, redis: Redis) -> None:
     heard: list[str | None] = []
+    listening = asyncio.Event()
 
     async def listen() -> None:
-        async for message in signals.nudges(redis):
+        async for message in signals.nudges(redis, subscribed=listening.set):
             heard.append(signals.joined(message))
             return
 
     listener = asyncio.create_task(listen())
-    await asyncio.sleep(0.2)  # subscribed
+    await asyncio.wait_for(listening.wait(), 10)
     await _create(store)
     await asyncio.wait_for(listener, 5)
     assert heard == [JOB]
