@@ -1,13 +1,14 @@
 """Claims work for this replica, runs one Runner per job under its lease, takes over, drains.
 
-Ownership is the run lease. A create tells every replica its job joined the line (`line J` on the nudge
-channel), which rings the admission pass: it grants this replica's free runner slots to the heads of the
-partition lines in arrival order (SPEC S4.1). The work stream is a doorbell, a hint only (read through the
-`drivers` group and acknowledged at once): `job` names a job to look at now. The partitioned due
-schedules and lines are the memory: the admission pass runs every ADMIT_TICK_S and the promote loop every
-second without a doorbell or a message, so a lost one only delays. A job whose owner died becomes due when its
-lease would have been renewed, is promoted (a `job` doorbell) and taken over; a job waiting in the line is
-due when its hold expires.
+Ownership is the run lease. The work stream is a doorbell, a hint only (read through the `drivers` group
+and acknowledged at once): `line` rings the admission pass, which grants slots to the heads of the
+partition lines in arrival order (SPEC S4.1); `job` names a job to look at now. The `line` doorbells of one
+stream come in creation order, so a pass they ring knows every older job; the `line J` messages every replica
+hears only make partitions known (on a cluster they reach a replica through other nodes, out of order). The
+partitioned due schedules and lines are the memory: the admission pass runs every ADMIT_TICK_S and the
+promote loop every second without a doorbell, so a lost doorbell only delays. A job whose owner died
+becomes due when its lease would have been renewed, is promoted (a `job` doorbell) and taken over; a job
+waiting in the line is due when its hold expires.
 """
 
 from __future__ import annotations
@@ -120,7 +121,7 @@ class Supervisor:
                 pipe.xack(keys.WORK, keys.WORK_GROUP, *ids)
                 pipe.xdel(keys.WORK, *ids)
                 await pipe.execute()
-            joined = [fields["line"] for _, fields in entries if "line" in fields]  # rung by older brokers
+            joined = [fields["line"] for _, fields in entries if "line" in fields]
             if joined:
                 for job_id in joined:
                     self._deps.gate.heard(job_id)
@@ -239,9 +240,8 @@ class Supervisor:
         # A job that joined the line while this replica was not listening is seen by the pass this rings.
         async for message in signals.nudges(self._redis, subscribed=self.ring):
             job_id = signals.joined(message)
-            if job_id is not None:  # every replica hears of every new job: its partition is read, the line moves
-                self._deps.gate.heard(job_id)
-                self.ring()
+            if job_id is not None:
+                self._deps.gate.heard(job_id)  # known here before a doorbell or a slot moves the line
                 continue
             entry = self._runners.get(message)
             if entry is not None:

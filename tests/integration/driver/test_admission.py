@@ -97,7 +97,7 @@ async def test_a_new_job_moves_the_line_of_every_replica_without_waiting_for_a_t
     # Given two replicas whose admission passes never run by the clock
     monkeypatch.setattr(supervisor, "ADMIT_TICK_S", 3_600.0)
     a, b = await make_replica(), await make_replica()
-    # When jobs arrive through either (each is announced to every replica as it joins the line)
+    # When jobs arrive through either (each create rings the line)
     created = [(await create(a if i % 2 else b, {"input": f"job {i}"}))["run_id"] for i in range(4)]
     # Then each gets its Hermes run
     done = [await settled(a, job_id, timeout=15) for job_id in created]
