@@ -57,7 +57,7 @@ class IdempotencyConflict(BrokerError):
     code = "idempotency_key_conflict"
 
     def __init__(self) -> None:
-        super().__init__("Idempotency-Key was already used with a different input or instructions.", param=None)
+        super().__init__("Idempotency-Key was already used with a different input or instructions", param=None)
 
 
 class Conflict(BrokerError):
@@ -72,11 +72,12 @@ class Conflict(BrokerError):
 
 
 class Unavailable(BrokerError):
-    """Raised when a dependency (Redis, Hermes) does not answer in time."""
+    """Raised when a dependency (Redis, Hermes) does not answer in time; the answer says when to retry."""
 
     status = 503
     type = "server_error"
     code = "unavailable"
+    retry_after_s = 1  #: the answer's Retry-After: a failover or a restart takes seconds
 
 
 class Busy(Unavailable):
@@ -91,7 +92,7 @@ class NotReplicated(Unavailable):
     The write may stand on the master: a create retried with its Idempotency-Key replays it."""
 
     def __init__(self, acknowledged: int, wanted: int) -> None:
-        super().__init__("The job was not replicated in time; retry with the same Idempotency-Key.")
+        super().__init__("The job was not replicated in time; retry with the same Idempotency-Key")
         self.acknowledged = acknowledged
         self.wanted = wanted
 

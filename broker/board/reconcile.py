@@ -11,7 +11,6 @@ import asyncio
 import time
 
 from attrs import define
-from redis.exceptions import RedisError
 
 from broker.board.repair import Repair, Repairer
 from broker.board.sender import Sender
@@ -19,6 +18,7 @@ from broker.clock import Clock
 from broker.logging import get_logger
 from broker.store import keys
 from broker.store.board import RETAINED_PAGE, BoardStore, new_token
+from broker.store.outage import is_outage
 
 CONCURRENCY = 8  #: keys reconciled at once
 
@@ -64,9 +64,9 @@ class Reconciler:
             async with slots:
                 try:
                     await self._key(job_id, stats, began_ms)
-                except (RedisError, OSError):
-                    raise  # the pass fails; the next interval tries again
                 except Exception as error:  # the pass's loop guard: one key never stops the others
+                    if is_outage(error):
+                        raise  # the pass fails; the next interval tries again
                     extra = {"job": job_id, "error": repr(error)}
                     self._log.error("Failed to reconcile a board key.", exc_info=True, extra=extra)
 

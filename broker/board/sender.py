@@ -16,7 +16,6 @@ import time
 import aiohttp
 import orjson
 from attrs import frozen
-from redis.exceptions import RedisError
 
 from broker.board.due import Deliver, DeliverySettings, Later, Replay, next_step
 from broker.clock import Clock
@@ -24,6 +23,7 @@ from broker.logging import get_logger
 from broker.metrics import Metrics
 from broker.store import keys
 from broker.store.board import BoardEntry, BoardStore, OutboxEntry, new_token
+from broker.store.outage import REDIS_FAILURES, is_outage, outage_name
 from broker.tasks import cancel_all
 
 READ_BLOCK_MS = 1_000
@@ -92,14 +92,16 @@ class Sender:
             await self._store.done(entries)
         except asyncio.CancelledError:
             if job_id:
-                with contextlib.suppress(RedisError, OSError):  # else a claim after the idle time retries it
+                with contextlib.suppress(*REDIS_FAILURES):  # else a claim after the idle time retries it
                     await self._store.handover(job_id, entries)
             raise
-        except (RedisError, OSError) as error:  # the entry stays pending; a later claim retries it
-            extra = {"job": job_id, "error": repr(error)}
-            self._log.warning("Lost Redis while delivering a board report.", extra=extra)
         except Exception as error:  # the sender's loop guard: one key never stops the others
-            self._log.error("A board delivery failed.", exc_info=True, extra={"job": job_id, "error": repr(error)})
+            if is_outage(error):  # the entry stays pending; a later claim retries it
+                extra = {"job": job_id, "error": outage_name(error)}
+                self._log.warning("Lost Redis while delivering a board report.", extra=extra)
+            else:
+                extra = {"job": job_id, "error": repr(error)}
+                self._log.error("A board delivery failed.", exc_info=True, extra=extra)
         finally:
             self._slots.release()
 
@@ -140,7 +142,7 @@ class Sender:
                     pass
             return _Handled(entry.pending_at)
         finally:
-            with contextlib.suppress(RedisError, OSError):  # else the lock expires on its own
+            with contextlib.suppress(*REDIS_FAILURES):  # else the lock expires on its own
                 await self._store.release(lock, token)
                 self._log.debug("Released a board lock.", extra={"job": job_id})
 

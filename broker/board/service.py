@@ -14,7 +14,6 @@ from collections.abc import Awaitable, Callable
 
 import aiohttp
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from broker.board.due import DeliverySettings
 from broker.board.reconcile import Reconciler
@@ -28,6 +27,7 @@ from broker.jobs.writer import Writer
 from broker.logging import get_logger
 from broker.metrics import Metrics
 from broker.store.board import BoardStore
+from broker.store.outage import is_outage, outage_name
 from broker.tasks import cancel_all
 
 MAX_REDIS_BACKOFF_S = 5.0
@@ -86,7 +86,11 @@ class BoardService:
             try:
                 await loop()
                 return
-            except (RedisError, OSError) as error:
-                self._log.warning("Lost Redis in a board loop.", extra={"error": repr(error), "retryS": delay})
+            except Exception as error:  # the loops' guard: an outage is expected, anything else a bug
+                if is_outage(error):
+                    extra = {"error": outage_name(error), "retryS": delay}
+                    self._log.warning("Lost Redis in a board loop.", extra=extra)
+                else:
+                    self._log.error("A board loop failed.", exc_info=True, extra={"error": repr(error)})
             await asyncio.sleep(delay)
             delay = min(delay * 2, MAX_REDIS_BACKOFF_S)

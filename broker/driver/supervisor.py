@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from typing import cast
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import ResponseError
 
 from broker.admission.state import line_place
 from broker.driver.runner import Deps, Ending, Runner
@@ -30,6 +30,7 @@ from broker.errors import JobNotFound, LeaseLost, NotReplicated
 from broker.logging import get_logger
 from broker.store import keys, signals, work
 from broker.store.leases import Leases, new_token
+from broker.store.outage import REDIS_FAILURES, is_outage, outage_name
 from broker.tasks import cancel_all
 
 CLAIM_BLOCK_MS = 1_000
@@ -74,7 +75,7 @@ class Supervisor:
         now = self._deps.clock.now_ms()
         handed = 0
         for runner, _ in owned:
-            with contextlib.suppress(RedisError, OSError):
+            with contextlib.suppress(*REDIS_FAILURES):
                 if runner.has_slot and not runner.ran and runner.view is not None:
                     await self._deps.gate.requeue(runner.job_id, line_place(runner.view))
                 handed += await self._leases.release(runner.job_id, runner.token, due_at_ms=now, enqueue=True)
@@ -87,8 +88,12 @@ class Supervisor:
         while True:  # a loop that ends (a pub/sub connection that closed) starts again too
             try:
                 await loop()
-            except (RedisError, OSError) as error:
-                self._log.warning("Lost Redis in a driver loop.", extra={"error": repr(error), "retryS": delay})
+            except Exception as error:  # the loops' guard: an outage is expected, anything else a bug
+                if is_outage(error):
+                    extra = {"error": outage_name(error), "retryS": delay}
+                    self._log.warning("Lost Redis in a driver loop.", extra=extra)
+                else:
+                    self._log.error("A driver loop failed.", exc_info=True, extra={"error": repr(error)})
             await asyncio.sleep(delay)
             delay = min(delay * 2, MAX_REDIS_BACKOFF_S)
 
@@ -191,7 +196,10 @@ class Supervisor:
             self._log.warning("A job write was not replicated in time.", extra=extra)
             ending, due_at = Ending.PARKED, self._deps.clock.now_ms() + RETRY_AFTER_FAILURE_MS
         except Exception as error:  # the runner's loop guard: log, and let the job be retried soon
-            self._log.error("A job's runner failed.", exc_info=True, extra={"job": job_id, "error": repr(error)})
+            if is_outage(error):  # Redis restarting or failing over (SPEC S9): expected, retried, no traceback
+                self._log.warning("Lost Redis while driving a job.", extra={"job": job_id, "error": outage_name(error)})
+            else:
+                self._log.error("A job's runner failed.", exc_info=True, extra={"job": job_id, "error": repr(error)})
             ending, due_at = Ending.PARKED, self._deps.clock.now_ms() + RETRY_AFTER_FAILURE_MS
         finally:
             self._runners.pop(job_id, None)
@@ -205,7 +213,7 @@ class Supervisor:
             self._log.warning("Lost a job's run lease.", extra={"job": runner.job_id, "replica": self.replica})
             return
         job_id, gate = runner.job_id, self._deps.gate
-        with contextlib.suppress(RedisError, OSError):  # if this fails the lease expires and the schedule retries
+        with contextlib.suppress(*REDIS_FAILURES):  # if this fails the lease expires and the schedule retries
             if ending is Ending.QUEUED and runner.queued is not None:
                 await gate.enter(job_id, runner.queued.place)  # normally there already (jobs of an older broker)
                 due_at = runner.queued.deadline_ms  # woken then to expire, unless granted before

@@ -5,12 +5,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from broker.errors import BrokerError, Unavailable
 from broker.http.render import json_response
 from broker.logging import get_logger
+from broker.store.outage import is_outage, outage_name
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -39,34 +38,38 @@ def envelope(
 
 
 def from_broker_error(error: BrokerError) -> web.Response:
-    return envelope(error.status, error.message, code=error.code, type_=error.type, param=error.param)
+    headers = {"Retry-After": str(error.retry_after_s)} if isinstance(error, Unavailable) else None
+    return envelope(error.status, error.message, code=error.code, type_=error.type, param=error.param, headers=headers)
 
 
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
-    except BrokerError as error:
-        return from_broker_error(error)
     except web.HTTPException as error:
         if error.status < 400:
             raise
         return _from_http_exception(error)
-    except (RedisConnectionError, RedisTimeoutError) as error:
-        # Redis is down or restarting (the client already retried): a retryable 503, not a bug.
-        _log.warning("Redis did not answer a request.", extra={"path": request.path, "error": type(error).__name__})
-        return from_broker_error(Unavailable("Redis is unavailable; try again."))
-    except Exception:
+    except Exception as error:
+        if is_outage(error):
+            # Redis is down, restarting or failing over (the client already retried): a retryable 503, not a bug.
+            extra = {"method": request.method, "path": request.path, "error": outage_name(error)}
+            _log.warning("Redis could not answer a request.", extra=extra)
+            if isinstance(error, Unavailable):
+                return from_broker_error(error)
+            return from_broker_error(Unavailable("Redis is unavailable; try again"))
+        if isinstance(error, BrokerError):
+            return from_broker_error(error)
         # The last guard: a bug must still answer the envelope, and is logged with its traceback.
         _log.exception("Failed to answer a request.", extra={"method": request.method, "path": request.path})
-        return envelope(500, "The broker failed to answer this request.", code="internal_error", type_="server_error")
+        return envelope(500, "The broker failed to answer this request", code="internal_error", type_="server_error")
 
 
 def _from_http_exception(error: web.HTTPException) -> web.Response:
     headers = {"Allow": error.headers["Allow"]} if "Allow" in error.headers else None
     message = {
-        404: "Not found.",
-        405: "Method not allowed.",
-        413: "Request body is larger than 10 MB.",
+        404: "Not found",
+        405: "Method not allowed",
+        413: "Request body is larger than 10 MB",
     }.get(error.status, error.reason)
     return envelope(error.status, message, code=_HTTP_CODES.get(error.status), headers=headers)

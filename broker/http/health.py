@@ -6,12 +6,12 @@ import asyncio
 import contextlib
 
 from aiohttp import web
-from redis.exceptions import RedisError
 
 from broker.http.appkeys import admission_key, clock_key, draining_key, hermes_key, metrics_key, redis_key
 from broker.http.render import json_response
 from broker.store import work
 from broker.store.connection import cluster_state, is_cluster
+from broker.store.outage import REDIS_FAILURES
 
 READY_TIMEOUT_S = 2.0
 
@@ -47,7 +47,7 @@ async def ready_report(app: web.Application) -> dict[str, object]:
             report["redis"] = cluster["state"] == "ok"
             if not report["redis"]:
                 report["reason"] = "redis cluster state is not ok"
-    except (RedisError, OSError, TimeoutError) as error:
+    except REDIS_FAILURES as error:
         report["reason"] = f"redis unavailable: {type(error).__name__}"
     if report["draining"]:
         report["reason"] = "draining"
@@ -91,7 +91,7 @@ async def _admission(app: web.Application) -> dict[str, object]:
 
 async def metrics(request: web.Request) -> web.Response:
     app = request.app
-    with contextlib.suppress(RedisError, OSError, TimeoutError):
+    with contextlib.suppress(*REDIS_FAILURES):
         async with asyncio.timeout(READY_TIMEOUT_S):
             await _admission(app)  # sets the queue and admission gauges
     registry = app[metrics_key]

@@ -22,13 +22,13 @@ from typing import NamedTuple
 import orjson
 from aiohttp import web
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from broker.events import JobEvent
 from broker.logging import get_logger
 from broker.store import keys
 from broker.store.connection import is_cluster
 from broker.store.live import LiveReader, UnblockRefused
+from broker.store.outage import REDIS_FAILURES, is_outage, outage_name
 from broker.tasks import cancel_all
 from projections.feed import shown
 
@@ -267,18 +267,16 @@ class _Lane:
             try:
                 await self._read_once()
                 backoff = BACKOFF_S[0]
-            except (RedisError, OSError, TimeoutError) as error:
+            except Exception as error:
                 _reraise_cancellation()  # redis-py may turn a cancelled read into a ConnectionError
-                self._log.warning("Lost the event hub's Redis connection.", extra={"error": repr(error)})
                 await self.reader.drop()
-                await asyncio.sleep(backoff * (1 + random.random()))
-                backoff = min(backoff * 2, BACKOFF_S[1])
-            except Exception:
-                _reraise_cancellation()
-                # The loop guard: a bug must not end live delivery for every client of the replica.
-                self._log.exception("Failed to read job events.")
-                await self.reader.drop()
-                await asyncio.sleep(BACKOFF_S[1])
+                if is_outage(error):
+                    self._log.warning("Lost the event hub's Redis connection.", extra={"error": outage_name(error)})
+                    await asyncio.sleep(backoff * (1 + random.random()))
+                    backoff = min(backoff * 2, BACKOFF_S[1])
+                else:  # the loop guard: a bug must not end live delivery for every client of the replica
+                    self._log.exception("Failed to read job events.")
+                    await asyncio.sleep(BACKOFF_S[1])
 
     async def _read_once(self) -> None:
         follows = list(self._follows.items())
@@ -318,7 +316,7 @@ class _Lane:
                 self._can_unblock = False
                 self._log.warning("Cannot unblock the event hub's reader.", extra={"error": str(error)})
                 return
-            except RedisError:
+            except REDIS_FAILURES:
                 return  # the reader reconnects and rereads the set anyway
             await asyncio.sleep(0.005)  # sent before the XREAD reached Redis: try again
 

@@ -50,7 +50,9 @@ async def replicated(
         if isinstance(first, Exception):
             raise first
         if isinstance(acknowledged, Exception):
-            raise acknowledged
+            # The write ran (after a MOVED, maybe on another node), but its WAIT found no master there ("WAIT
+            # cannot be used with replica instances" on a node a failover demoted): not confirmed in time.
+            raise NotReplicated(0, durability.replicas) from acknowledged
         durability.check(int(acknowledged))
         return first
     raise NoScriptError("the script could not be loaded")

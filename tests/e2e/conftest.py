@@ -62,13 +62,20 @@ class BrokerProcess:
     def request(
         self, method: str, path: str, body: Any = None, timeout: float = 5.0, **headers: str
     ) -> tuple[int, Any]:
+        status, answer, _ = self.exchange(method, path, body, timeout, **headers)
+        return status, answer
+
+    def exchange(
+        self, method: str, path: str, body: Any = None, timeout: float = 5.0, **headers: str
+    ) -> tuple[int, Any, dict[str, str]]:
+        """The answer's status, JSON body and headers."""
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=timeout) as answer:
-                return answer.status, json.loads(answer.read() or b"null")
+                return answer.status, json.loads(answer.read() or b"null"), dict(answer.headers)
         except urllib.error.HTTPError as error:
-            return error.code, json.loads(error.read() or b"null")
+            return error.code, json.loads(error.read() or b"null"), dict(error.headers)
 
     def kill(self) -> None:
         """SIGKILL: no drain, no cleanup."""

@@ -7,6 +7,7 @@ test brings the node back, as an operator (or an orchestrator) would."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ import pytest
 import redis
 
 from broker.store import keys
-from tests.conftest import LocalCluster
+from tests.conftest import LocalCluster, RedisServer
 from tests.e2e.conftest import BrokerFactory, BrokerProcess, SimulatorProcess, until
 
 ENV = {
@@ -51,6 +52,7 @@ class Creator(threading.Thread):
         self.brokers = brokers
         self.acknowledged: list[str] = []
         self.refused = 0  #: answers other than 202 (503 not replicated, Redis unavailable) and errors
+        self.wrong: list[tuple[int, object]] = []  #: answers that are neither 202 nor a 503 to retry (SPEC S9)
         self.stopping = threading.Event()
 
     def run(self) -> None:
@@ -61,20 +63,61 @@ class Creator(threading.Thread):
             while not self.stopping.is_set():
                 broker = self.brokers[(number + self.refused) % len(self.brokers)]
                 try:
-                    status, body = broker.request(
+                    status, body, headers = broker.exchange(
                         "POST",
                         "/v1/runs",
                         {"input": "slow sleep:1"},
                         timeout=10,
                         **{"Content-Type": "application/json", "Idempotency-Key": key},
                     )
-                except OSError:
-                    status, body = 0, None
+                except OSError as error:
+                    status, body, headers = 0, repr(error), {}
                 if status == 202:
                     self.acknowledged.append(body["run_id"])
                     break
                 self.refused += 1
+                if not _retryable(status, body, headers):
+                    self.wrong.append((status, body))
                 time.sleep(0.05)
+
+
+def _retryable(status: int, body: object, headers: dict[str, str]) -> bool:
+    """A 503 `unavailable` in the envelope with a Retry-After: what a failover answers (SPEC S9)."""
+    error = body.get("error") if isinstance(body, dict) else None
+    return status == 503 and isinstance(error, dict) and error.get("code") == "unavailable" and "Retry-After" in headers
+
+
+def error_lines(brokers: list[BrokerProcess]) -> list[str]:
+    """Log lines at error level (a 500's "Failed to answer a request.", a runner's traceback): a failover is
+    expected and logs warn lines only (SPEC S9)."""
+    found = []
+    for broker in brokers:
+        for line in broker.log_path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                found.append(line)  # a traceback printed outside the JSON log
+                continue
+            if record.get("level") == "error" or "exc_info" in record:
+                found.append(line)
+    return found
+
+
+def replica_of(cluster: LocalCluster, master: RedisServer) -> RedisServer:
+    client = redis.Redis(port=master.port, decode_responses=True)
+    try:
+        port = int(client.info("replication")["slave0"]["port"])
+    finally:
+        client.close()
+    return next(node for node in cluster.nodes if node.port == port)
+
+
+def cluster_down(node: RedisServer) -> bool:
+    client = redis.Redis(port=node.port, decode_responses=True)
+    try:
+        return "cluster_state:fail" in str(client.execute_command("CLUSTER", "INFO"))
+    finally:
+        client.close()
 
 
 def jobs_per_master(cluster: LocalCluster) -> dict[int, int]:
@@ -126,3 +169,49 @@ def test_a_killed_master_loses_no_acknowledged_job(
 
     until(lambda: not unfinished(), 120)
     assert sum(jobs_per_master(cluster).values()) >= len(acknowledged)
+    # And every refusal was a 503 to retry, logged as a warning, never a 500 or a traceback
+    assert creator.wrong == []
+    assert error_lines(brokers) == []
+
+
+@pytest.mark.timeout(300)
+def test_a_master_down_without_a_replica_answers_503_never_500(
+    start_broker: BrokerFactory, cluster: LocalCluster, simulator: SimulatorProcess
+) -> None:
+    # Given two brokers on a three-master cluster and creates flowing
+    brokers = [start_broker(redis_url=cluster.url, HERMES_URL=simulator.url, **ENV) for _ in range(2)]
+    creator = Creator(brokers)
+    creator.start()
+    until(lambda: len(creator.acknowledged) >= 15, 60)
+    # When a master's replica is cut off first, then the master is SIGKILLed: its slots have no one to fail over
+    # to, and the cluster reports CLUSTERDOWN
+    victim = cluster.masters()[0]
+    spare = replica_of(cluster, victim)
+    spare.stop(kill=True)
+    victim.stop(kill=True)
+    witness = next(node for node in cluster.masters() if node is not victim)
+    until(lambda: cluster_down(witness), 30)
+    refused = creator.refused
+    until(lambda: creator.refused >= refused + 20, 60)  # creates keep coming while it is down
+    # and the nodes come back (AOF: nothing acknowledged is lost)
+    victim.start()
+    spare.start()
+    cluster.wait_ok(timeout=60)
+    before = len(creator.acknowledged)
+    until(lambda: len(creator.acknowledged) >= before + 15, 90)
+    creator.stopping.set()
+    creator.join(timeout=20)
+    # Then every create answered 202 or a 503 `unavailable` with Retry-After, and the logs hold no error
+    assert creator.wrong == []
+    assert error_lines(brokers) == []
+    # And every acknowledged job is there and ends
+    acknowledged = list(dict.fromkeys(creator.acknowledged))
+
+    def unfinished() -> list[str]:
+        return [
+            job_id
+            for job_id in acknowledged
+            if brokers[1].request("GET", f"/v1/runs/{job_id}")[1]["status"] != "completed"
+        ]
+
+    until(lambda: not unfinished(), 120)

@@ -1,0 +1,60 @@
+"""Which failures mean "Redis cannot take this write right now" (SPEC S9: a failover is a 503, never a 500).
+
+One place decides it for every edge: the HTTP error middleware answers 503 `unavailable` with `Retry-After`,
+and the driver, the board sender and the SSE hub log a warn line without a traceback and retry. Anything
+else is a bug and keeps its 500 and its traceback.
+"""
+
+from __future__ import annotations
+
+import re
+
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    ClusterError,
+    CrossSlotTransactionError,
+    InvalidPipelineStack,
+    ReadOnlyError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from broker.errors import NotReplicated
+
+#: Error codes a node answers while its slots move, it fails over or it loads its data. Redis 7 keeps the code
+#: first in a Lua script's error; Redis 6.2 puts it after the script's position (`… @user_script:12: -READONLY …`).
+OUTAGE_CODES = ("CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "LOADING", "READONLY", "NOREPLICAS", "MOVED", "ASK")
+_CODE = re.compile(r"(?:^|user_script:\s*\d+:\s*-?)(?:" + "|".join(OUTAGE_CODES) + r")\b")
+
+#: Raised for calls the broker made wrong: a bug, never an outage.
+_BUGS = (CrossSlotTransactionError, InvalidPipelineStack)
+#: Everything a Redis call can raise (the cluster client's own errors are no RedisError), for best-effort
+#: steps whose failure the schedule or a lease expiry repairs anyway.
+REDIS_FAILURES: tuple[type[Exception], ...] = (RedisError, RedisClusterException, OSError)
+
+
+def is_outage(error: BaseException) -> bool:
+    """True when `error` means the Redis slot a call needed was unreachable or not writable for a while
+    (connection lost or refused, a timeout, a failover: CLUSTERDOWN, TRYAGAIN, MASTERDOWN, LOADING, a
+    read-only replica, a WAIT shortfall, a topology the cluster client could not settle)."""
+    match error:
+        case NotReplicated() | RedisConnectionError() | RedisTimeoutError() | OSError():
+            return True  # redis-py's connection errors include BusyLoadingError (LOADING) and a full pool
+        case ClusterDownError() | TryAgainError() | ReadOnlyError() | ClusterError() | AskError():
+            return True  # also MasterDownError and MovedError; a ClusterError: the client's redirections ran out
+        case RedisClusterException():
+            return not isinstance(error, _BUGS)  # no node reachable, a slot not covered, no target node
+        case ResponseError():
+            return _CODE.search(str(error)) is not None
+    return False
+
+
+def outage_name(error: BaseException) -> str:
+    """What a log line says of an outage: the exception's class and the start of its message."""
+    message = str(error)
+    return f"{type(error).__name__}: {message[:200]}" if message else type(error).__name__

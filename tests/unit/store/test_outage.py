@@ -1,0 +1,83 @@
+"""One place says which failures are a Redis outage (SPEC S9: a failover is a 503, never a 500)."""
+
+from __future__ import annotations
+
+import pytest
+from redis.exceptions import (
+    AskError,
+    AuthenticationError,
+    BusyLoadingError,
+    ClusterDownError,
+    ClusterError,
+    CrossSlotTransactionError,
+    DataError,
+    InvalidPipelineStack,
+    MasterDownError,
+    MaxConnectionsError,
+    MovedError,
+    NoScriptError,
+    ReadOnlyError,
+    RedisClusterException,
+    ResponseError,
+    SlotNotCoveredError,
+    TryAgainError,
+    WatchError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from broker.errors import Busy, InvalidRequest, NotReplicated
+from broker.store.outage import is_outage, outage_name
+
+#: Every failure a Redis call can end in, and whether it means "this slot is not writable right now".
+TABLE: list[tuple[BaseException, bool]] = [
+    (RedisConnectionError("Error 111 connecting to 127.0.0.1:7000. Connection refused."), True),
+    (RedisTimeoutError("Timeout reading from socket"), True),
+    (MaxConnectionsError("Too many connections"), True),
+    (BusyLoadingError("Redis is loading the dataset in memory"), True),
+    (AuthenticationError("invalid password"), True),  # a connection error: a node restarted without its config
+    (ClusterDownError("The cluster is down"), True),
+    (MasterDownError("Link with MASTER is down and replica-serve-stale-data is set to 'no'."), True),
+    (TryAgainError("Multiple keys request during rehashing of slot"), True),
+    (ReadOnlyError("You can't write against a read only replica."), True),
+    (ClusterError("TTL exhausted."), True),
+    (MovedError("3999 127.0.0.1:6381"), True),  # redirections the client gave up following
+    (AskError("3999 127.0.0.1:6381"), True),
+    (SlotNotCoveredError('Slot "3999" is not covered by the cluster.'), True),
+    (RedisClusterException("Redis Cluster cannot be connected. Please provide at least one reachable node"), True),
+    (NotReplicated(0, 1), True),  # a WAIT shortfall
+    (ConnectionResetError(104, "Connection reset by peer"), True),
+    (OSError(113, "No route to host"), True),
+    (TimeoutError(), True),
+    (ResponseError("LOADING Redis is loading the dataset in memory"), True),  # inside a pipeline: not parsed
+    (ResponseError("CLUSTERDOWN The cluster is down"), True),
+    (ResponseError("TRYAGAIN Multiple keys request during rehashing of slot"), True),
+    (ResponseError("MASTERDOWN Link with MASTER is down"), True),
+    (ResponseError("NOREPLICAS Not enough good replicas to write."), True),
+    (ResponseError("READONLY You can't write against a read only replica. script: 3f2a, on @user_script:31."), True),
+    (ResponseError("ERR Error running script (call to f_3f2a): @user_script:31: -READONLY You can't write"), True),
+    # bugs: they keep their 500 and their traceback
+    (ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"), False),
+    (ResponseError("ERR Error running script (call to f_3f2a): @user_script:12: user_script:12: bad argument"), False),
+    (ResponseError("ERR unknown command 'XADDD'"), False),
+    (NoScriptError("No matching script. Please use EVAL."), False),
+    (DataError("Invalid input of type: 'NoneType'."), False),
+    (WatchError("Watched variable changed."), False),
+    (CrossSlotTransactionError("All keys involved in a cluster transaction must map to the same slot"), False),
+    (InvalidPipelineStack("pipeline stack is corrupted"), False),
+    (InvalidRequest("invalid_json", "Request body must be a JSON object."), False),
+    (Busy("The job kept changing; try again"), False),  # a 503 of its own, not an outage
+    (ValueError("not a Redis error"), False),
+    (KeyError("state"), False),
+]
+
+
+@pytest.mark.parametrize(("error", "outage"), TABLE, ids=lambda value: type(value).__name__)
+def test_each_failure_is_classified(error: BaseException, outage: bool) -> None:
+    assert is_outage(error) is outage
+
+
+def test_an_outage_is_named_by_its_class_and_message() -> None:
+    assert outage_name(ClusterDownError("The cluster is down")) == "ClusterDownError: The cluster is down"
+    assert outage_name(TimeoutError()) == "TimeoutError"
+    assert len(outage_name(RedisConnectionError("x" * 1000))) < 240
