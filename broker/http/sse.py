@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 
 from aiohttp import web
-from redis.exceptions import RedisError
 
 from broker.errors import InvalidRequest
 from broker.http import appkeys
@@ -19,6 +18,7 @@ from broker.http.proxy import proxy_or_not_found
 from broker.ids import JOB_PREFIX
 from broker.logging import get_logger
 from broker.store.jobs import START, JobStore
+from broker.store.outage import is_outage, outage_name
 
 PAGE = 500  #: entries per replay XRANGE
 SEND_TIMEOUT_S = 30  #: a client that does not take a write within this is dropped
@@ -33,13 +33,14 @@ _log = get_logger("broker.http.sse.EventStream")
 
 def resume_after(request: web.Request) -> str:
     """The id to resume strictly after: `Last-Event-ID` wins over `?after=`; empty counts as absent."""
-    value = request.headers.get("Last-Event-ID", "") or request.query.get("after", "")
+    header = request.headers.get("Last-Event-ID", "")
+    value, name = (header, "Last-Event-ID") if header else (request.query.get("after", ""), "after")
     if not value:
         return START
     match = _ID.fullmatch(value)
     if match is None or int(match[1]) > _MAX_PART or int(match[2]) > _MAX_PART:
         raise InvalidRequest(
-            "invalid_last_event_id", "Last-Event-ID must be an event id of this stream (<ms>-<seq>).", param="after"
+            "invalid_last_event_id", f"{name} must be an event id of this stream (<ms>-<seq>)", param=name
         )
     return value
 
@@ -120,8 +121,10 @@ async def _serve(stream: _Stream, store: JobStore, hub: Hub, block_s: float, *, 
             hub.unsubscribe(subscription)
     except (ConnectionResetError, TimeoutError):
         return False  # the client is gone (or stalled past SEND_TIMEOUT_S)
-    except RedisError as error:
-        _log.warning("Failed to read a job's events.", extra={"job": stream.job_id, "error": repr(error)})
+    except Exception as error:
+        if not is_outage(error):
+            raise
+        _log.warning("Failed to read a job's events.", extra={"job": stream.job_id, "error": outage_name(error)})
         return False  # the client reconnects with its last id
 
 

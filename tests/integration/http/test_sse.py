@@ -89,14 +89,15 @@ async def test_resuming_after_the_terminal_event_just_closes(client: Client, red
 )
 async def test_a_malformed_last_event_id_is_a_400_envelope(client: Client, redis: Redis, bad: str) -> None:
     job, _ = await finished_job(client, redis)
-    attempts: list[dict[str, Any]] = [{"params": {"after": bad}}]
-    if bad.isascii():
-        attempts.append({"headers": {"Last-Event-ID": bad}})
-    for kwargs in attempts:
+    attempts: list[tuple[dict[str, Any], str]] = [({"params": {"after": bad}}, "after")]
+    if bad.isascii():  # the header wins over a good `after`, and the answer names what was sent
+        attempts.append(({"headers": {"Last-Event-ID": bad}, "params": {"after": "1-0"}}, "Last-Event-ID"))
+    for kwargs, param in attempts:
         answer = await client.get(f"/v1/runs/{job}/events", **kwargs)
         assert answer.status == 400
         error = (await answer.json())["error"]
         assert error["code"] == "invalid_last_event_id" and error["type"] == "invalid_request_error"
+        assert error["param"] == param and error["message"].startswith(f"{param} must be an event id")
 
 
 @pytest.mark.parametrize("run_id", ["job_0123456789abcdef0123456789abcdef", "run_abc", "x"])
