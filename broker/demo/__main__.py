@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import shutil
 import signal
 import sys
 import tempfile
@@ -27,16 +28,30 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m broker.demo", description=__doc__)
     parser.add_argument("--once", action="store_true", help="play the jobs, then exit (0: all ended as expected)")
     parser.add_argument("--port", type=int, default=0, help="port of the first replica and its console (default: free)")
+    parser.add_argument(
+        "--logs",
+        type=Path,
+        help="keep the processes' logs and Redis data in this folder (default: a temporary one,"
+        " removed when the demo ends as expected and kept when it does not)",
+    )
     args = parser.parse_args(argv)
     started = time.monotonic()
 
     def say(line: str) -> None:
         print(f"[{time.monotonic() - started:5.1f}s] {line}", flush=True)
 
-    with tempfile.TemporaryDirectory(prefix="broker-demo-") as directory:
-        work = Path(directory)
+    work = args.logs or Path(tempfile.mkdtemp(prefix="broker-demo-"))
+    work.mkdir(parents=True, exist_ok=True)
+    code = 1
+    try:
         with EmbeddedRedis(str(work / "data")) as redis_url:
-            return asyncio.run(_demo(redis_url, work, args.port or processes.free_port(), args.once, say))
+            code = asyncio.run(_demo(redis_url, work, args.port or processes.free_port(), args.once, say))
+            return code
+    finally:
+        if args.logs is None and code == 0:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            print(f"The logs are kept under {work}.", flush=True)
 
 
 async def _demo(redis_url: str, work: Path, port: int, once: bool, say: processes.Say) -> int:
@@ -44,7 +59,7 @@ async def _demo(redis_url: str, work: Path, port: int, once: bool, say: processe
     hermes = f"http://127.0.0.1:{ports['hermes']}"
     board = f"http://127.0.0.1:{ports['board']}/board"
     replicas = [f"http://127.0.0.1:{port}", f"http://127.0.0.1:{ports['replica 2']}"]
-    print(f"Console: {replicas[0]}/console   (logs under {work})", flush=True)
+    print(f"Console: {replicas[0]}/console   (logs under {work} while it runs)", flush=True)
     receiver = web.AppRunner(processes.receiver(say), access_log=None)
     await receiver.setup()
     await web.TCPSite(receiver, "127.0.0.1", ports["board"]).start()
