@@ -29,10 +29,10 @@ def same_site_only(handler: Handler) -> Handler:
 def refuse_cross_site(request: web.Request) -> None:
     """Raise CrossSiteRequest for `Sec-Fetch-Site: cross-site` or an `Origin` of another host than `Host`."""
     if request.headers.get("Sec-Fetch-Site", "").strip().lower() == "cross-site":
-        raise CrossSiteRequest("Cross-site requests cannot change jobs.", param="Sec-Fetch-Site")
+        raise CrossSiteRequest("Cross-site requests cannot change jobs", param="Sec-Fetch-Site")
     origin = request.headers.get("Origin")
     if origin is not None and not same_origin_host(origin, request.headers.get("Host", "")):
-        raise CrossSiteRequest("Requests from another origin cannot change jobs.", param="Origin")
+        raise CrossSiteRequest("Requests from another origin cannot change jobs", param="Origin")
 
 
 def same_origin_host(origin: str, host: str) -> bool:

@@ -39,7 +39,7 @@ def _statuses(raw: str | None) -> tuple[JobStatus, ...]:
         return ()
     names = [name.strip() for name in raw.split(",")]
     if not all(name in JobStatus._value2member_map_ for name in names):
-        raise InvalidRequest("invalid_field", f"status must be a comma-separated list of: {_STATUSES}.", param="status")
+        raise InvalidRequest("invalid_field", f"status must be a comma-separated list of: {_STATUSES}", param="status")
     return tuple(dict.fromkeys(JobStatus(name) for name in names))
 
 
@@ -47,7 +47,7 @@ def _limit(raw: str | None) -> int:
     if raw is None:
         return DEFAULT_LIMIT
     if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT:
-        raise InvalidRequest("invalid_field", f"limit must be an integer from 1 to {MAX_LIMIT}.", param="limit")
+        raise InvalidRequest("invalid_field", f"limit must be an integer from 1 to {MAX_LIMIT}", param="limit")
     return int(raw)
 
 
@@ -64,7 +64,7 @@ def decode_cursor(raw: str | None) -> Position | None:
         text = ""
     match = _CURSOR.fullmatch(text)
     if match is None:
-        raise InvalidRequest("invalid_field", "cursor must be the next_cursor of a previous page.", param="cursor")
+        raise InvalidRequest("invalid_field", "cursor must be the next_cursor of a previous page", param="cursor")
     return Position(int(match[1]), match[2])
 
 

@@ -63,14 +63,14 @@ def answer(status: int, exc: BaseException | None, *, max_headers: int) -> tuple
     if isinstance(exc, LineTooLong):
         limit = exc.args[1] if len(exc.args) > 1 else "its limit of"
         if _in_request_line(exc):
-            return 414, "uri_too_long", f"Request URI exceeds {limit} bytes."
-        return 431, "header_too_large", f"Request header fields exceed {limit} bytes."
+            return 414, "uri_too_long", f"Request URI exceeds {limit} bytes"
+        return 431, "header_too_large", f"Request header fields exceed {limit} bytes"
     if isinstance(exc, BadHttpMessage) and exc.message == _TOO_MANY_HEADERS:
-        return 431, "header_too_large", f"Request has more than {max_headers} header fields."
+        return 431, "header_too_large", f"Request has more than {max_headers} header fields"
     if status >= 500:
-        return status, "internal_error", "The broker failed to answer."
+        return status, "internal_error", "The broker failed to answer"
     phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "Error"
-    return status, "bad_request", f"Malformed HTTP request: {phrase}."
+    return status, "bad_request", f"Malformed HTTP request: {phrase}"
 
 
 def _in_request_line(exc: LineTooLong) -> bool:

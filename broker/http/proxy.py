@@ -37,7 +37,7 @@ async def proxy(request: web.Request, run_id: str, suffix: str = "") -> web.Stre
         _log.warning(
             "Hermes did not answer a proxied run.", extra={"run": run_id, "path": path, "error": outcome.reason}
         )
-        raise errors.Unavailable("Hermes did not answer.")
+        raise errors.Unavailable("Hermes did not answer")
     _log.info("Proxied a Hermes run.", extra={"run": run_id, "path": path, "status": outcome.status})
     return _relayed(outcome)
 
@@ -77,14 +77,14 @@ async def _relay_stream(request: web.Request, run_id: str, path: str) -> web.Str
             return response
     except errors.Unavailable:
         _log.warning("Hermes did not answer a proxied run.", extra={"run": run_id, "path": path})
-        raise errors.Unavailable("Hermes did not answer.") from None
+        raise errors.Unavailable("Hermes did not answer") from None
 
 
 async def _answer(upstream: aiohttp.ClientResponse) -> Forwarded:
     try:
         body = await upstream.read()
     except (aiohttp.ClientError, OSError):
-        raise errors.Unavailable("Hermes did not answer.") from None
+        raise errors.Unavailable("Hermes did not answer") from None
     content_type = upstream.headers.get("Content-Type")
     return Forwarded(upstream.status, {"Content-Type": content_type} if content_type else {}, body)
 

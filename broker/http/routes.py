@@ -58,7 +58,7 @@ async def approve_run(request: web.Request) -> web.StreamResponse:
 
 
 async def not_found(request: web.Request) -> web.Response:
-    return envelope(404, "Not found.", code="not_found")
+    return envelope(404, "Not found", code="not_found")
 
 
 def register(app: web.Application) -> None:

@@ -110,7 +110,7 @@ class JobService:
             raise Conflict("approval_not_active", f"Run has no live Hermes run: {job_id}")
         outcome = await self._hermes.approval(view.hermes_run_id, orjson.dumps(choice.body()))
         if not isinstance(outcome, Relayed):
-            raise Unavailable("Hermes did not answer the approval.")
+            raise Unavailable("Hermes did not answer the approval")
         if outcome.status == 404:
             raise Conflict("approval_not_active", f"Run has no live Hermes run: {job_id}")
         payload = dict(outcome.payload)

@@ -71,7 +71,7 @@ class Writer:
                 continue
             journal.record(log, self._metrics, view, events)
             return Snapshot(view, ids[-1], board.state if board else snapshot.board)
-        raise Busy(f"Job {job_id} is changing too fast; try again.")
+        raise Busy(f"Job {job_id} is changing too fast; try again")
 
     async def load(self, job_id: str) -> Snapshot:
         snapshot = await self.store.load(job_id)

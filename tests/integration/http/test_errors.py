@@ -130,6 +130,7 @@ def assert_envelope(document: Any, code: str | None) -> dict[str, Any]:
     error = document["error"]
     assert set(error) == {"message", "type", "param", "code"}, error
     assert isinstance(error["message"], str) and error["message"]
+    assert not error["message"].endswith("."), error  # Hermes's style, and SPEC S3.1's examples: no full stop
     assert isinstance(error["type"], str) and error["type"]
     assert error["param"] is None or isinstance(error["param"], str)
     assert error["code"] == code
@@ -235,17 +236,17 @@ LIMIT = 8190  # aiohttp's max_line_size and max_field_size
     ("request_bytes", "status", "code", "message"),
     [
         (b"GET /v1/runs/" + b"j" * 9000 + b" HTTP/1.1\r\nHost: b\r\n\r\n", 414, "uri_too_long",
-         f"Request URI exceeds {LIMIT} bytes."),
+         f"Request URI exceeds {LIMIT} bytes"),
         (b"GET /v1/runs?after=" + b"1" * (LIMIT + 1) + b" HTTP/1.1\r\nHost: b\r\n\r\n", 414, "uri_too_long",
-         f"Request URI exceeds {LIMIT} bytes."),
+         f"Request URI exceeds {LIMIT} bytes"),
         (b"GET /v1/runs/x HTTP/1.1\r\nHost: b\r\nIdempotency-Key: " + b"k" * 9000 + b"\r\n\r\n", 431,
-         "header_too_large", f"Request header fields exceed {LIMIT} bytes."),
+         "header_too_large", f"Request header fields exceed {LIMIT} bytes"),
         (b"GET /v1/runs/x HTTP/1.1\r\nHost: b\r\nReferer: /" + b"r" * 9000 + b"\r\n\r\n", 431,
-         "header_too_large", f"Request header fields exceed {LIMIT} bytes."),
+         "header_too_large", f"Request header fields exceed {LIMIT} bytes"),
         (b"GET /v1/runs/x HTTP/1.1\r\nHost: b\r\nX-" + b"n" * 9000 + b": 1\r\n\r\n", 431,
-         "header_too_large", f"Request header fields exceed {LIMIT} bytes."),
+         "header_too_large", f"Request header fields exceed {LIMIT} bytes"),
         (b"GET /v1/runs/x HTTP/1.1\r\nHost: b\r\n" + b"".join(b"X-%d: 1\r\n" % i for i in range(200)) + b"\r\n",
-         431, "header_too_large", "Request has more than 128 header fields."),
+         431, "header_too_large", "Request has more than 128 header fields"),
     ],
     ids=["path-9000", "query-over-limit", "header-value-9000", "header-value-like-a-path", "header-name-9000",
          "200-headers"],

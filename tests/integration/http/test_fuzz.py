@@ -56,6 +56,7 @@ async def _check(answer: Any) -> None:
         assert set(document) == {"error"}
         assert set(document["error"]) == {"message", "type", "param", "code"}
         assert isinstance(document["error"]["message"], str) and document["error"]["message"]
+        assert not document["error"]["message"].endswith("."), document  # one style: Hermes's, no full stop
     else:
         await answer.read()
 

@@ -52,7 +52,7 @@ def test_too_many_headers_answer_431_naming_the_count() -> None:
     assert answer(400, BadHttpMessage("Too many headers received"), max_headers=128) == (
         431,
         "header_too_large",
-        "Request has more than 128 header fields.",
+        "Request has more than 128 header fields",
     )
 
 
@@ -60,6 +60,6 @@ def test_other_parse_failures_stay_400_bad_request() -> None:
     assert answer(400, BadHttpMessage("Invalid method"), max_headers=128) == (
         400,
         "bad_request",
-        "Malformed HTTP request: Bad Request.",
+        "Malformed HTTP request: Bad Request",
     )
     assert answer(500, RuntimeError("boom"), max_headers=128)[:2] == (500, "internal_error")
