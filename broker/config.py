@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -13,6 +15,10 @@ from broker.errors import ConfigError
 
 LOG_LEVELS = ("debug", "info", "warn", "error")
 LOG_FORMATS = ("json", "text")
+SECRET_PREFIX = "whsec_"  #: Standard Webhooks' symmetric secret form: the prefix, then standard base64 of the key
+SECRET_BYTES = (24, 64)  #: the key length Standard Webhooks asks of a symmetric secret (192 to 512 bits)
+#: variables whose value never appears in an error message
+_HIDDEN = frozenset({"HERMES_API_KEY", "BOARD_SIGNING_SECRET"})
 
 
 @frozen(kw_only=True)
@@ -46,6 +52,8 @@ class Config:
     board_enabled: bool = False
     board_url: str | None = None
     board_platform: str = "runs"
+    #: BOARD_SIGNING_SECRET: the decoded keys deliveries are signed with (SPEC S5.7); empty = unsigned
+    board_signing_secrets: tuple[bytes, ...] = attrs.field(default=(), repr=False)  # secrets: never printed
     board_retries: int = 5
     board_timeout_ms: int = 10_000
     board_refresh_interval_ms: int = 60_000
@@ -66,7 +74,8 @@ class Config:
             try:
                 values[field] = parse(raw)
             except ValueError as exc:
-                raise ConfigError(f"{name}={raw!r} {exc}") from None
+                shown = "<hidden>" if name in _HIDDEN else repr(raw)
+                raise ConfigError(f"{name}={shown} {exc}") from None
         config = cls(**values)
         if config.board_enabled and not config.board_url:
             raise ConfigError("BOARD_URL is required when BOARD_ENABLED=true")
@@ -138,6 +147,27 @@ def _optional_text(raw: str) -> str | None:
     return raw or None
 
 
+def _signing_secrets(raw: str) -> tuple[bytes, ...]:
+    """Space-separated `whsec_<standard base64>` secrets, each of 24 to 64 key bytes; blank = none."""
+    words = raw.split()
+    keys: list[bytes] = []
+    for number, word in enumerate(words, start=1):
+        which = f"(secret {number} of {len(words)})"
+        if not word.startswith(SECRET_PREFIX):
+            raise ValueError(f"{which} does not start with {SECRET_PREFIX}")
+        encoded = word[len(SECRET_PREFIX) :]
+        try:
+            key = base64.b64decode(encoded, validate=True)
+        except binascii.Error:
+            key = None
+        if key is None or base64.b64encode(key).decode() != encoded:  # canonical only: no stray or missing '='
+            raise ValueError(f"{which} is not standard base64 (with its = padding) after {SECRET_PREFIX}")
+        if not SECRET_BYTES[0] <= len(key) <= SECRET_BYTES[1]:
+            raise ValueError(f"{which} holds {len(key)} key bytes, not {SECRET_BYTES[0]} to {SECRET_BYTES[1]}")
+        keys.append(key)
+    return tuple(keys)
+
+
 def _optional_url(raw: str) -> str | None:
     return _url(raw) if raw.strip() else None
 
@@ -170,6 +200,7 @@ _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "BOARD_ENABLED": ("board_enabled", _boolean),
     "BOARD_URL": ("board_url", _optional_url),
     "BOARD_PLATFORM": ("board_platform", _text),
+    "BOARD_SIGNING_SECRET": ("board_signing_secrets", _signing_secrets),
     "BOARD_RETRIES": ("board_retries", _integer(1)),
     "BOARD_TIMEOUT": ("board_timeout_ms", _integer(1)),
     "BOARD_REFRESH_INTERVAL": ("board_refresh_interval_ms", _integer(0)),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from attrs import frozen
+from attrs import field, frozen
 
 from broker.config import Config
 from broker.store.board import BoardEntry
@@ -13,7 +13,7 @@ LOCK_MARGIN_MS = 5_000
 
 @frozen(kw_only=True)
 class DeliverySettings:
-    """The S2 numbers of delivery (milliseconds)."""
+    """The S2 settings of delivery (durations in milliseconds)."""
 
     url: str
     retries: int = 5  #: BOARD_RETRIES: attempts per version
@@ -21,6 +21,8 @@ class DeliverySettings:
     refresh_ms: int = 60_000  #: BOARD_REFRESH_INTERVAL
     backoff_ms: int = 500  #: the pause before the second attempt; doubles after each failure
     backoff_max_ms: int = 8_000
+    #: BOARD_SIGNING_SECRET's keys (SPEC S5.7); empty: deliveries carry no signature headers
+    secrets: tuple[bytes, ...] = field(default=(), repr=False)
 
     @classmethod
     def from_config(cls, config: Config) -> DeliverySettings:
@@ -30,6 +32,7 @@ class DeliverySettings:
             retries=config.board_retries,
             timeout_ms=config.board_timeout_ms,
             refresh_ms=config.board_refresh_interval_ms,
+            secrets=config.board_signing_secrets,
         )
 
     def backoff(self, failures: int) -> int:

@@ -18,7 +18,9 @@ import orjson
 from attrs import frozen
 
 from broker.board.due import Deliver, DeliverySettings, Later, Replay, next_step
+from broker.board.signing import signed_headers, webhook_id
 from broker.clock import Clock
+from broker.events import thread_key
 from broker.logging import get_logger
 from broker.metrics import Metrics
 from broker.store import keys
@@ -156,7 +158,7 @@ class Sender:
                 await asyncio.sleep(self._settings.backoff(attempt - 1) / 1000)
                 if not await self._store.holds(lock, token):
                     return  # the lock expired: another sender owns the key now and delivers it
-            error = await self._send(entry.latest)
+            error = await self._send(entry)
             if not error:
                 await self._store.ack(entry.job_id, entry.latest_at, self._clock.now_ms())
                 self._metrics.board_deliveries.labels(outcome="replayed" if replay else "delivered").inc()
@@ -172,11 +174,14 @@ class Sender:
         extra = {**fields, "attempts": self._settings.retries, "error": error}
         self._log.warning("Gave up a board delivery until reconciliation.", extra=extra)
 
-    async def _send(self, body: bytes) -> str:
-        """POST one report; '' on a 2xx, else what went wrong."""
+    async def _send(self, entry: BoardEntry) -> str:
+        """POST the key's latest report, signed for this attempt when secrets are set; '' on a 2xx, else what
+        went wrong."""
         timeout = aiohttp.ClientTimeout(total=self._settings.timeout_ms / 1000)
+        body, message_id = entry.latest, webhook_id(thread_key(entry.job_id), entry.latest_at)
+        headers = {**_HEADERS, **signed_headers(self._settings.secrets, message_id, self._clock.now_ms() // 1000, body)}
         try:
-            async with self._session.post(self._settings.url, data=body, headers=_HEADERS, timeout=timeout) as answer:
+            async with self._session.post(self._settings.url, data=body, headers=headers, timeout=timeout) as answer:
                 await answer.read()
                 return "" if 200 <= answer.status < 300 else f"HTTP {answer.status}"
         except (aiohttp.ClientError, TimeoutError) as error:

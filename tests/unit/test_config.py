@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import subprocess
 import sys
@@ -9,8 +10,13 @@ import sys
 import attrs
 import pytest
 
+from broker.board.due import DeliverySettings
 from broker.config import Config
 from broker.errors import ConfigError
+
+KEY_A, KEY_B = bytes(range(24)), bytes(range(100, 132))
+SECRET_A = "whsec_" + base64.b64encode(KEY_A).decode()  # 24 bytes: no padding
+SECRET_B = "whsec_" + base64.b64encode(KEY_B).decode()  # 32 bytes: one '='
 
 DEFAULTS = {
     "host": "0.0.0.0",
@@ -40,6 +46,7 @@ DEFAULTS = {
     "board_enabled": False,
     "board_url": None,
     "board_platform": "runs",
+    "board_signing_secrets": (),
     "board_retries": 5,
     "board_timeout_ms": 10_000,
     "board_refresh_interval_ms": 60_000,
@@ -79,6 +86,7 @@ EVERY_VARIABLE = {
     "BOARD_ENABLED": ("true", "board_enabled", True),
     "BOARD_URL": ("https://board.example/hook", "board_url", "https://board.example/hook"),
     "BOARD_PLATFORM": ("gitlab", "board_platform", "gitlab"),
+    "BOARD_SIGNING_SECRET": (SECRET_A, "board_signing_secrets", (KEY_A,)),
     "BOARD_RETRIES": ("2", "board_retries", 2),
     "BOARD_TIMEOUT": ("4000", "board_timeout_ms", 4000),
     "BOARD_REFRESH_INTERVAL": ("15000", "board_refresh_interval_ms", 15_000),
@@ -174,7 +182,59 @@ def test_the_api_key_is_never_printed() -> None:
     assert "sekrit" not in repr(Config.from_env({"HERMES_API_KEY": "sekrit"}))
 
 
-@pytest.mark.parametrize(("name", "raw"), [("PORT", "abc"), ("BOARD_ENABLED", "true"), ("HERMES_URL", "nope")])
+def test_signing_secrets_are_space_separated_and_decoded_in_order() -> None:
+    assert Config.from_env({"BOARD_SIGNING_SECRET": f" {SECRET_A}  {SECRET_B}\t"}).board_signing_secrets == (
+        KEY_A,
+        KEY_B,
+    )
+    assert Config.from_env({"BOARD_SIGNING_SECRET": SECRET_B}).board_signing_secrets == (KEY_B,)
+
+
+def test_a_blank_signing_secret_means_unsigned() -> None:
+    assert Config.from_env({"BOARD_SIGNING_SECRET": ""}).board_signing_secrets == ()
+    assert Config.from_env({"BOARD_SIGNING_SECRET": "   "}).board_signing_secrets == ()
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (SECRET_A.removeprefix("whsec_"), "does not start with whsec_"),  # the bare base64
+        ("WHSEC_" + SECRET_A.removeprefix("whsec_"), "does not start with whsec_"),
+        ("whsk_" + SECRET_A.removeprefix("whsec_"), "does not start with whsec_"),  # an asymmetric key
+        ("whsec_", "holds 0 key bytes"),  # an empty key
+        ("whsec_not base64!", "(secret 1 of 2) is not standard base64"),  # two words: split at the space
+        ("whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRY", "is not standard base64"),  # padding missing
+        ("whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYX==", "is not standard base64"),  # padding where none goes
+        ("whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRY*", "is not standard base64"),
+        ("whsec_" + base64.urlsafe_b64encode(bytes(range(248, 255)) * 4).decode(), "is not standard base64"),
+        ("whsec_" + base64.b64encode(bytes(23)).decode(), "holds 23 key bytes, not 24 to 64"),
+        ("whsec_" + base64.b64encode(bytes(65)).decode(), "holds 65 key bytes, not 24 to 64"),
+        (f"{SECRET_A} {SECRET_B} whsec_", "(secret 3 of 3) holds 0 key bytes"),
+        (f"{SECRET_A} nope", "(secret 2 of 2) does not start with whsec_"),
+    ],
+)
+def test_a_bad_signing_secret_names_the_variable_and_hides_the_value(raw: str, reason: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        Config.from_env({"BOARD_SIGNING_SECRET": raw})
+    assert caught.value.message.startswith("BOARD_SIGNING_SECRET=<hidden> ")
+    assert reason in caught.value.message
+    reason_shown = caught.value.message.removeprefix("BOARD_SIGNING_SECRET=<hidden>")
+    for word in raw.split():
+        payload = word.removeprefix("whsec_")
+        assert len(payload) < 8 or payload not in reason_shown
+
+
+def test_the_signing_secrets_are_never_printed() -> None:
+    config = Config.from_env({"BOARD_SIGNING_SECRET": f"{SECRET_A} {SECRET_B}"})
+    for shown in (repr(config), str(config), repr(DeliverySettings.from_config(config.with_(board_url="http://b")))):
+        assert SECRET_A[6:] not in shown and SECRET_B[6:] not in shown
+        assert repr(KEY_A) not in shown and repr(KEY_B) not in shown
+
+
+@pytest.mark.parametrize(
+    ("name", "raw"),
+    [("PORT", "abc"), ("BOARD_ENABLED", "true"), ("HERMES_URL", "nope"), ("BOARD_SIGNING_SECRET", SECRET_A[6:])],
+)
 def test_the_broker_exits_with_one_line_naming_the_variable(name: str, raw: str) -> None:
     env = {key: value for key, value in os.environ.items() if key not in EVERY_VARIABLE}
     env[name] = raw
@@ -186,3 +246,5 @@ def test_the_broker_exits_with_one_line_naming_the_variable(name: str, raw: str)
     assert len(lines) == 1, lines
     wanted = "BOARD_URL" if name == "BOARD_ENABLED" else name
     assert wanted in lines[0]
+    if name == "BOARD_SIGNING_SECRET":
+        assert raw not in lines[0]

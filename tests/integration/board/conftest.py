@@ -13,6 +13,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from attrs import define, field
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from broker.http.appkeys import metrics_key
 from tests.integration.conftest import ClientFactory
@@ -32,6 +33,8 @@ class Post:
     status: int
     content_type: str
     received_ms: int  #: receipt time (transport diagnostics only)
+    webhook: dict[str, str] = field(factory=dict)  #: the Standard Webhooks headers (`webhook-*`) it carried
+    verified: bool | None = None  #: what the receiver's verifier said (None: it has none)
 
     @property
     def report(self) -> dict[str, Any]:
@@ -41,13 +44,15 @@ class Post:
 
 @define
 class Receiver:
-    """Records every POST; answers 500 to the next `fail_next` ones, or to all while `failing`."""
+    """Records every POST; answers 500 to the next `fail_next` ones, or to all while `failing`. With a
+    `verifier` (the `standardwebhooks` package) it answers 401 to a POST whose signature fails, as a real one would."""
 
     url: str = ""
     posts: list[Post] = field(factory=list)
     fail_next: int = 0
     failing: bool = False
     jitter_s: float = 0.0  #: answer after a random pause up to this long (interleaves concurrent senders)
+    verifier: Webhook | None = None
     #: acknowledged `at` went backwards for a key: (key, newest acknowledged at, at acknowledged after it)
     regressions: list[tuple[str, int, int]] = field(factory=list)
     _newest: dict[str, int] = field(factory=dict)
@@ -56,11 +61,17 @@ class Receiver:
         body = await request.read()
         if self.jitter_s:
             await asyncio.sleep(random.uniform(0, self.jitter_s))
+        webhook = {
+            name.lower(): value for name, value in request.headers.items() if name.lower().startswith("webhook-")
+        }
+        verified = None if self.verifier is None else _verifies(self.verifier, body, webhook)
         status = 200
-        if self.failing or self.fail_next > 0:
+        if verified is False:
+            status = 401
+        elif self.failing or self.fail_next > 0:
             self.fail_next = max(0, self.fail_next - 1)
             status = 500
-        self.posts.append(Post(body, status, request.content_type, time.time_ns() // 1_000_000))
+        self.posts.append(Post(body, status, request.content_type, time.time_ns() // 1_000_000, webhook, verified))
         if status == 200:
             report = orjson.loads(body)
             key, at = report["key"], report["at"]
@@ -98,6 +109,14 @@ class Receiver:
 
         result: list[dict[str, Any]] = await eventually(probe, timeout=timeout)
         return result
+
+
+def _verifies(verifier: Webhook, body: bytes, headers: dict[str, str]) -> bool:
+    try:
+        verifier.verify(body, headers, json_parse=False)
+    except WebhookVerificationError:
+        return False
+    return True
 
 
 @pytest.fixture
