@@ -8,6 +8,8 @@ else is a bug and keeps its 500 and its traceback.
 from __future__ import annotations
 
 import re
+import traceback
+from pathlib import PurePath
 
 from redis.exceptions import (
     AskError,
@@ -38,6 +40,24 @@ _BUGS = (CrossSlotTransactionError, InvalidPipelineStack)
 REDIS_FAILURES: tuple[type[Exception], ...] = (RedisError, RedisClusterException, OSError)
 
 
+#: Where a connection torn down under a command surfaces as a TypeError or an AttributeError instead of a
+#: ConnectionError (redis-py 8.1 issues #4287: a write on a peer-closed transport; #3835: a node gone from the
+#: cluster client's topology; seen here as "'NoneType' object has no attribute 'writelines'" in a failover).
+_TORN_DOWN_IN = (("asyncio", "selector_events.py"), ("asyncio", "streams.py"), ("asyncio", "sslproto.py"))
+_TORN_DOWN_IN_REDIS = ("connection.py", "cluster.py")
+
+
+def _torn_down(error: BaseException) -> bool:
+    """A TypeError or AttributeError raised inside a transport or redis-py's connection and cluster code."""
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return False
+    innermost = PurePath(frames[-1].filename)
+    place = (innermost.parent.name, innermost.name)
+    in_redis = "redis" in innermost.parts and innermost.name in _TORN_DOWN_IN_REDIS
+    return place in _TORN_DOWN_IN or in_redis
+
+
 def is_outage(error: BaseException) -> bool:
     """True when `error` means the Redis slot a call needed was unreachable or not writable for a while
     (connection lost or refused, a timeout, a failover: CLUSTERDOWN, TRYAGAIN, MASTERDOWN, LOADING, a
@@ -51,6 +71,8 @@ def is_outage(error: BaseException) -> bool:
             return not isinstance(error, _BUGS)  # no node reachable, a slot not covered, no target node
         case ResponseError():
             return _CODE.search(str(error)) is not None
+        case TypeError() | AttributeError():
+            return _torn_down(error)
     return False
 
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
+
 import pytest
+from redis.asyncio.connection import Connection
 from redis.exceptions import (
     AskError,
     AuthenticationError,
@@ -81,3 +85,31 @@ def test_an_outage_is_named_by_its_class_and_message() -> None:
     assert outage_name(ClusterDownError("The cluster is down")) == "ClusterDownError: The cluster is down"
     assert outage_name(TimeoutError()) == "TimeoutError"
     assert len(outage_name(RedisConnectionError("x" * 1000))) < 240
+
+
+async def _raised(call: Callable[[], Awaitable[object]]) -> BaseException:
+    try:
+        await call()
+    except Exception as error:
+        return error
+    raise AssertionError("the call raised nothing")
+
+
+async def test_a_connection_torn_down_under_a_command_is_an_outage() -> None:
+    # redis-py 8.1 surfaces a connection closed under a write as an AttributeError/TypeError from its connection
+    # code or the transport (redis-py #4287), e.g. "'NoneType' object has no attribute 'writelines'"
+    torn = Connection()  # never connected: its writer is None, as after a teardown by another task
+    error = await _raised(lambda: torn._send_packed_command([b"PING\r\n"]))
+    assert isinstance(error, AttributeError) and is_outage(error)
+
+
+async def test_our_own_attribute_and_type_errors_stay_bugs() -> None:
+    async def ours() -> object:
+        return cast(Any, None).writelines([b"x"])
+
+    async def wrong_type() -> object:
+        return len(cast(Any, 5))
+
+    assert not is_outage(await _raised(ours))
+    assert not is_outage(await _raised(wrong_type))
+    assert not is_outage(AttributeError("no traceback"))
