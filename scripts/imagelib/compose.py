@@ -1,16 +1,19 @@
-"""compose.yaml's layout, checked: by the compose tool at hand (`podman-compose config`, `docker compose config`)
-when there is one, and always by `problems()`, which the unit tests run too."""
+"""compose.yaml's layout, checked: by a compose tool's `config` (`docker compose`, `podman-compose`, else
+podman-compose from PyPI in a virtualenv under the cache) and always by `problems()`, which the unit tests run too."""
 
 from __future__ import annotations
 
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+from imagelib.base import cache_dir
 from imagelib.common import CheckFailed, last_line
 
+PODMAN_COMPOSE = "podman-compose==1.6.0"  #: the first podman-compose the check was tried with that has `config`
 SHUTDOWN_GRACE_S = 25  #: SPEC S2's default: a replica must get longer than this to drain before it is killed
 
 
@@ -30,28 +33,47 @@ def validate(path: Path) -> str:
 
 
 def run_tool(path: Path) -> str:
-    """Has the first compose tool found here parse the file (interpolation, merge keys, the schema)."""
-    tools = [tool for tool in (["podman-compose"], ["docker", "compose"], ["docker-compose"]) if _available(tool)]
-    if not tools:
-        return "parsed and checked against the layout rules; no compose tool here"
-    argv = [*tools[0], "-f", str(path), "config"]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    """Has a compose tool with a `config` command parse the file (interpolation, merge keys, the schema).
+    podman-compose before 1.0.4 has none, and its `--dry-run up` creates volumes and networks: never used."""
+    tools = [tool for tool in (["docker", "compose"], ["podman-compose"], ["docker-compose"]) if _has_config(tool)]
+    tool = tools[0] if tools else cached_podman_compose()
+    if tool is None:
+        return "parsed and checked against the layout rules; no compose tool with `config` could be had"
+    argv = [*tool, "-f", str(path), "config"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     if done.returncode != 0:
         raise CheckFailed("compose", f"`{' '.join(argv)}` rejects it: {last_line(done.stderr or done.stdout)}")
-    return f"`{' '.join(tools[0])} config` and the layout rules"
+    name = " ".join(tool) if tools else f"{PODMAN_COMPOSE} (cached)"
+    return f"`{name} config` and the layout rules"
 
 
-def _available(tool: list[str]) -> bool:
+def cached_podman_compose() -> list[str] | None:
+    """podman-compose from PyPI in a virtualenv under the check's cache; None when it cannot be installed."""
+    venv = cache_dir() / "podman-compose"
+    program, complete = venv / "bin" / "podman-compose", venv / ".complete"  # written last: a whole install
+    if complete.exists():
+        return [str(program)]
+    shutil.rmtree(venv, ignore_errors=True)
+    pip = [str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check", PODMAN_COMPOSE]
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=120)
+        subprocess.run(pip, check=True, capture_output=True, timeout=300)
+    except (OSError, subprocess.SubprocessError):
+        shutil.rmtree(venv, ignore_errors=True)
+        return None
+    complete.touch()
+    return [str(program)]
+
+
+def _has_config(tool: list[str]) -> bool:
     if shutil.which(tool[0]) is None:
         return False
-    return len(tool) == 1 or _succeeds([*tool, "version"])  # `docker compose` is a plugin the client may lack
-
-
-def _succeeds(argv: list[str]) -> bool:
-    try:
-        return subprocess.run(argv, capture_output=True, timeout=30).returncode == 0
+    try:  # `docker compose` is a plugin the client may lack; old podman-compose lacks `config`
+        version = subprocess.run([*tool, "version"], capture_output=True, timeout=30)
+        usage = subprocess.run([*tool, "--help"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return False
+    return version.returncode == 0 and re.search(r"\bconfig\b", usage.stdout) is not None
 
 
 def services_by_role(doc: dict[str, Any]) -> dict[str, list[str]]:
@@ -104,7 +126,10 @@ def _redis_problems(name: str, redis: dict[str, Any], volumes: dict[str, Any]) -
         found.append(f"{name} must run redis:7, not {redis.get('image')!r}")
     if _flag(_words(redis.get("command")), "--appendonly") != "yes":
         found.append(f"{name} must run with --appendonly yes")
-    mounts = [str(volume).split(":") for volume in redis.get("volumes") or []]
+    mounts = [
+        [str(volume.get("source")), str(volume.get("target"))] if isinstance(volume, dict) else str(volume).split(":")
+        for volume in redis.get("volumes") or []
+    ]  # short (`name:/data`) or long form (`{source: name, target: /data}`)
     if not any(len(parts) >= 2 and parts[1] == "/data" and parts[0] in volumes for parts in mounts):
         found.append(f"{name} must keep /data (its AOF) on a named volume")
     return found

@@ -82,6 +82,16 @@ def test_compose_rules_name_what_is_missing(mutate: Callable[[dict[str, Any]], N
     assert any(line.startswith(problem) for line in found), found
 
 
+def test_compose_rules_read_the_long_forms_too() -> None:
+    doc = compose_doc()
+    _set("redis.volumes", [{"type": "volume", "source": "redis-data", "target": "/data"}])(doc)
+    _set("broker-1.ports", [{"target": 8080, "published": "8080"}])(doc)
+    _set("broker-2.ports", None)(doc)
+    _set("broker-1.environment", ["REDIS_URL=redis://redis:6379/0", "HERMES_URL=http://simulator:8642"])(doc)
+
+    assert problems(doc) == []
+
+
 def test_compose_rules_want_a_published_replica() -> None:
     doc = compose_doc()
     _set("broker-1.ports", None)(doc)
