@@ -66,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
         report.failed(error)
         print(f"image-check: FAILED ({error.check}) after {report.elapsed():.0f} s", flush=True)
         return 1
+    except KeyboardInterrupt:
+        print(f"image-check: interrupted after {report.elapsed():.0f} s; cleaned up", flush=True)
+        return 130
     print(f"image-check: all {report.passed} checks passed in {report.elapsed():.0f} s", flush=True)
     return 0
 
@@ -161,7 +164,7 @@ def show_logs(procs: list[Proc]) -> None:
 
 
 def _exit_on_signal(signum: int, _frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)
+    raise KeyboardInterrupt  # unwinds through the cleanup, as Ctrl-C does
 
 
 if __name__ == "__main__":
