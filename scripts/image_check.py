@@ -118,7 +118,11 @@ def run_checks(report: Report, launcher: Launcher, procs: list[Proc]) -> None:
     broker = launcher.start("broker", None, env)
     procs.append(broker)
     seconds = wait_ok(f"{url}/readyz", "readyz", broker, START_S)
-    report.ok("readyz", f"200 from {url}/readyz {seconds:.1f} s after the start (embedded Redis under /data)")
+    uid = broker.uid()
+    if uid == 0:
+        raise CheckFailed("readyz", "the broker runs as root, not as the image's user")
+    as_uid = f"uid {uid}" if uid is not None else "its uid not visible here"
+    report.ok("readyz", f"200 from {url}/readyz {seconds:.1f} s after the start ({as_uid}, embedded Redis on /data)")
 
     job = create_job(url, {"input": "hello"}, "job")
     done = wait_status(url, job, "completed", "job", JOB_S)

@@ -33,6 +33,9 @@ class Proc(Protocol):
     def exit_code(self) -> int | None:
         """The exit code once it ended, else None (no waiting)."""
 
+    def uid(self) -> int | None:
+        """The uid it runs as, seen from the host (None when it cannot be seen)."""
+
 
 class Launcher(Protocol):
     description: str
@@ -98,6 +101,13 @@ class ContainerProc:
         running, _, code = done.stdout.strip().partition(" ")
         return int(code) if done.returncode == 0 and running == "false" and code.lstrip("-").isdigit() else None
 
+    def uid(self) -> int | None:
+        done = subprocess.run(
+            [self.engine.program, "inspect", "--format", "{{.State.Pid}}", self.name], capture_output=True, text=True
+        )
+        pid = done.stdout.strip()
+        return process_uid(int(pid)) if done.returncode == 0 and pid.isdigit() and pid != "0" else None
+
 
 class ContainerLauncher:
     def __init__(self, engine: Engine, image: str, options: list[str], prefix: str) -> None:
@@ -145,6 +155,9 @@ class ChrootProc:
 
     def exit_code(self) -> int | None:
         return self.process.poll()
+
+    def uid(self) -> int | None:
+        return process_uid(self.process.pid) if self.process.poll() is None else None
 
     def kill(self) -> None:
         if self.process.poll() is None:
@@ -228,6 +241,16 @@ def resolve_user(user: str, passwd: str, group: str) -> tuple[int, int, str]:
         if gid < 0:
             raise CheckFailed("runtime", f"the image's group {group_name!r} is not in its /etc/group")
     return uid, gid, home
+
+
+def process_uid(pid: int) -> int | None:
+    """The real uid of a host process, from /proc (rootful engines: the container's own uid)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    found = [line.split()[1] for line in status.splitlines() if line.startswith("Uid:")]
+    return int(found[0]) if found else None
 
 
 def _read(path: Path) -> str:
