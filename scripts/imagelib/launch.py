@@ -53,7 +53,9 @@ def run_option_sets(engine: Engine) -> list[list[str]]:
     sets: list[list[str]] = [[]]
     if engine.program == "podman" and shutil.which("runc"):
         nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        sets.append(["--runtime", "runc", "--ulimit", f"nofile={nofile}:{nofile}", "--ulimit", "nproc=4096:4096"])
+        nproc = min(4096, resource.getrlimit(resource.RLIMIT_NPROC)[0])
+        limits = ["--ulimit", f"nofile={nofile}:{nofile}", "--ulimit", f"nproc={nproc}:{nproc}"]
+        sets.append(["--runtime", "runc", *limits])
     return sets
 
 
@@ -86,7 +88,8 @@ class ContainerProc:
             )
         except subprocess.TimeoutExpired:
             return None
-        return int(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else None
+        code = done.stdout.strip().rpartition("\n")[2]
+        return int(code) if done.returncode == 0 and code.lstrip("-").isdigit() else None
 
     def logs(self) -> str:
         done = subprocess.run([self.engine.program, "logs", self.name], capture_output=True, text=True)
