@@ -100,6 +100,8 @@ def make_root(tarball: Path) -> None:
         raise CheckFailed("base", f"mmdebstrap took longer than 900 s: run `{' '.join(argv)}` by hand") from None
     if done.returncode != 0:
         partial.unlink(missing_ok=True)
-        reason = last_line(done.stderr or done.stdout)
-        raise CheckFailed("base", f"mmdebstrap exited {done.returncode} ({reason}): run `{' '.join(argv)}`")
+        errors = [line.strip() for line in done.stderr.splitlines() if line.startswith(("E:", "W:"))]
+        reason = errors[0] if errors else last_line(done.stderr or done.stdout)  # the cause, not "failed to run"
+        argv[argv.index(str(partial))] = str(tarball)
+        raise CheckFailed("base", f"mmdebstrap exited {done.returncode} ({reason}): try `{' '.join(argv)}`")
     os.replace(partial, tarball)  # a concurrent or interrupted run never leaves half a root under the final name
