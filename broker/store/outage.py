@@ -40,22 +40,23 @@ _BUGS = (CrossSlotTransactionError, InvalidPipelineStack)
 REDIS_FAILURES: tuple[type[Exception], ...] = (RedisError, RedisClusterException, OSError)
 
 
-#: Where a connection torn down under a command surfaces as a TypeError or an AttributeError instead of a
+#: Where a connection torn down under a command surfaces as a TypeError, AttributeError or RuntimeError instead of a
 #: ConnectionError (redis-py 8.1 issues #4287: a write on a peer-closed transport; #3835: a node gone from the
-#: cluster client's topology; seen here as "'NoneType' object has no attribute 'writelines'" in a failover).
-_TORN_DOWN_IN = (("asyncio", "selector_events.py"), ("asyncio", "streams.py"), ("asyncio", "sslproto.py"))
-_TORN_DOWN_IN_REDIS = ("connection.py", "cluster.py")
+#: cluster client's topology). Seen here in failovers: "'NoneType' object has no attribute 'writelines'" (redis-py's
+#: connection) and "unable to perform operation on <TCPTransport closed=True …>; the handler is closed" (uvloop).
+_TRANSPORTS = (("asyncio", "selector_events.py"), ("asyncio", "streams.py"), ("asyncio", "sslproto.py"))
+_REDIS_IO = ("connection.py", "cluster.py")
 
 
 def _torn_down(error: BaseException) -> bool:
-    """A TypeError or AttributeError raised inside a transport or redis-py's connection and cluster code."""
+    """Raised inside a transport (asyncio's, uvloop's) or redis-py's connection and cluster code."""
     frames = traceback.extract_tb(error.__traceback__)
     if not frames:
         return False
     innermost = PurePath(frames[-1].filename)
-    place = (innermost.parent.name, innermost.name)
-    in_redis = "redis" in innermost.parts and innermost.name in _TORN_DOWN_IN_REDIS
-    return place in _TORN_DOWN_IN or in_redis
+    if (innermost.parent.name, innermost.name) in _TRANSPORTS or "uvloop" in innermost.parts:
+        return True
+    return "redis" in innermost.parts and innermost.name in _REDIS_IO
 
 
 def is_outage(error: BaseException) -> bool:
@@ -71,7 +72,7 @@ def is_outage(error: BaseException) -> bool:
             return not isinstance(error, _BUGS)  # no node reachable, a slot not covered, no target node
         case ResponseError():
             return _CODE.search(str(error)) is not None
-        case TypeError() | AttributeError():
+        case TypeError() | AttributeError() | RuntimeError():
             return _torn_down(error)
     return False
 
