@@ -17,6 +17,7 @@ from redis.exceptions import (
     ClusterError,
     CrossSlotTransactionError,
     InvalidPipelineStack,
+    InvalidResponse,
     ReadOnlyError,
     RedisClusterException,
     RedisError,
@@ -66,8 +67,10 @@ def is_outage(error: BaseException) -> bool:
     match error:
         case NotReplicated() | RedisConnectionError() | RedisTimeoutError() | OSError():
             return True  # redis-py's connection errors include BusyLoadingError (LOADING) and a full pool
-        case ClusterDownError() | TryAgainError() | ReadOnlyError() | ClusterError() | AskError():
-            return True  # also MasterDownError and MovedError; a ClusterError: the client's redirections ran out
+        case ClusterDownError() | TryAgainError() | ReadOnlyError() | ClusterError() | AskError() | InvalidResponse():
+            # also MasterDownError and MovedError; a ClusterError: the client's redirections ran out; InvalidResponse:
+            # a reply cut off mid-read
+            return True
         case RedisClusterException():
             return not isinstance(error, _BUGS)  # no node reachable, a slot not covered, no target node
         case ResponseError():

@@ -16,6 +16,7 @@ from redis.exceptions import (
     CrossSlotTransactionError,
     DataError,
     InvalidPipelineStack,
+    InvalidResponse,
     MasterDownError,
     MaxConnectionsError,
     MovedError,
@@ -45,6 +46,7 @@ TABLE: list[tuple[BaseException, bool]] = [
     (TryAgainError("Multiple keys request during rehashing of slot"), True),
     (ReadOnlyError("You can't write against a read only replica."), True),
     (ClusterError("TTL exhausted."), True),
+    (InvalidResponse("Protocol Error: b'*'"), True),  # a reply cut off mid-read
     (MovedError("3999 127.0.0.1:6381"), True),  # redirections the client gave up following
     (AskError("3999 127.0.0.1:6381"), True),
     (SlotNotCoveredError('Slot "3999" is not covered by the cluster.'), True),
