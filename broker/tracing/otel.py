@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextvars import ContextVar
 
@@ -25,6 +26,8 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from broker.tracing import Attributes, Kind, Span, Value
 
 SERVICE = "hermes-bridge-runs"
+#: How long an exit waits for buffered spans to be exported (a collector that is down must not hold a drain).
+EXIT_FLUSH_S = 2.0
 _PROPAGATOR = TraceContextTextMapPropagator()
 _KINDS = {
     Kind.INTERNAL: trace.SpanKind.INTERNAL,
@@ -106,12 +109,16 @@ class SdkBackend:
         return _within(parent, attributes)
 
     def shutdown(self) -> None:
-        self._provider.shutdown()
+        """Export what is buffered, waiting at most EXIT_FLUSH_S (the exporter retries for far longer)."""
+        flusher = threading.Thread(target=self._provider.shutdown, name="otel-shutdown", daemon=True)
+        flusher.start()
+        flusher.join(EXIT_FLUSH_S)
 
 
 def sdk_backend(exporters: Sequence[str] = ("otlp",)) -> SdkBackend:
     """A backend exporting through `exporters` (`otlp`, `console`) in batches (OTEL_BSP_* tune them)."""
-    provider = TracerProvider(resource=_resource())  # the sampler: OTEL_TRACES_SAMPLER, parent-based by default
+    # The sampler: OTEL_TRACES_SAMPLER, parent-based by default. No atexit hook: `shutdown()` bounds the flush.
+    provider = TracerProvider(resource=_resource(), shutdown_on_exit=False)
     for exporter in exporters:
         provider.add_span_processor(_processor(_exporter(exporter)))
     return SdkBackend(provider)
