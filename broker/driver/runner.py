@@ -266,9 +266,14 @@ class Runner:
             self._job = await self._deps.writer.store.created_event(self.job_id, self._created_json)
         return self._job
 
-    @contextlib.contextmanager
-    def _following(self, attempt: int, run_id: str) -> Iterator[None]:
+    def _following(self, attempt: int, run_id: str) -> contextlib.AbstractContextManager[None]:
         """Within: spans are children of the follow span of `attempt` (started on first use)."""
+        if not tracing.enabled():
+            return tracing.NOTHING  # a follow iteration costs nothing more untraced
+        return self._traced_follow(attempt, run_id)
+
+    @contextlib.contextmanager
+    def _traced_follow(self, attempt: int, run_id: str) -> Iterator[None]:
         if self._followed != attempt:
             self._end_follow()
             self._followed = attempt

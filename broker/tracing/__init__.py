@@ -103,7 +103,7 @@ class _NoSpan:
         pass
 
     def current(self) -> contextlib.AbstractContextManager[None]:
-        return _NOTHING
+        return NOTHING
 
     def end(self) -> None:
         pass
@@ -129,14 +129,14 @@ class _Off:
         return NO_SPAN
 
     def within(self, parent: str | None, attributes: Attributes) -> contextlib.AbstractContextManager[None]:
-        return _NOTHING
+        return NOTHING
 
     def shutdown(self) -> None:
         pass
 
 
 NO_SPAN: Span = _NoSpan()
-_NOTHING: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+NOTHING: contextlib.AbstractContextManager[None] = contextlib.nullcontext()  #: a block that changes nothing
 _OFF = _Off()
 _backend: Backend = _OFF
 
