@@ -163,6 +163,28 @@ def test_a_stop_is_a_span_of_the_jobs_trace_linked_to_the_callers(
     assert [parent_of(r["traceparent"]) for r in stops] == [(root.trace_id, hermes_stop.span_id)]
 
 
+def test_an_approval_is_a_span_of_the_jobs_trace_and_the_parent_of_hermess_call(
+    start_broker: BrokerFactory, clean_redis: RedisServer, simulator: SimulatorProcess, otlp: OtlpReceiver
+) -> None:
+    # Given a traced replica driving a job whose tool call waits for an approval
+    broker = start_broker(redis_url=clean_redis.url, **FAST, **traced(otlp), HERMES_URL=simulator.url)
+    job_id = create(broker, "approval")
+    until(lambda: job(broker, job_id)["status"] == "waiting_for_approval", 15, "the job waiting for approval")
+    # When a caller approves it once
+    status, _ = broker.request("POST", f"/v1/runs/{job_id}/approval", {"choice": "once"}, **JSON)
+    assert status == 200
+    until(lambda: job(broker, job_id)["status"] == "completed", 15, "the job completed")
+    spans = until(lambda: has(otlp, job_id, tracing.APPROVAL, "hermes.approval", tracing.FOLLOW), 20, "the spans")
+    # Then the approval request is a child of the create, and Hermes's approval call a child of the request
+    root, approval = one(spans, tracing.CREATE), one(spans, tracing.APPROVAL)
+    assert (approval.parent_span_id, approval.attributes["approval.choice"]) == (root.span_id, "once")
+    hermes_approval = one(spans, "hermes.approval")
+    assert hermes_approval.parent_span_id == approval.span_id
+    assert hermes_approval.attributes[tracing.RUN] == one(spans, "hermes.create").attributes[tracing.RUN]
+    [call] = [r for r in hermes_requests(simulator) if r["path"].endswith("/approval")]
+    assert parent_of(call["traceparent"]) == (root.trace_id, hermes_approval.span_id)
+
+
 def test_a_job_taken_over_by_another_replica_stays_in_its_trace(
     start_broker: BrokerFactory, clean_redis: RedisServer, simulator: SimulatorProcess, otlp: OtlpReceiver
 ) -> None:
