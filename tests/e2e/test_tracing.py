@@ -137,6 +137,29 @@ def test_a_job_is_one_trace_from_the_callers_create_through_a_resubmit_to_its_bo
     assert sent == {s.span_id for s in creates.values()}
 
 
+def test_a_job_held_by_a_busy_hermes_waits_in_admission_spans_that_say_so(
+    start_broker: BrokerFactory, clean_redis: RedisServer, simulator: SimulatorProcess, otlp: OtlpReceiver
+) -> None:
+    # Given a traced replica and a Hermes that answers 429 to every create
+    settings = f"{simulator.url}/_sim/settings"
+    urllib.request.urlopen(urllib.request.Request(settings, b'{"busy": true}', JSON), timeout=5).read()
+    broker = start_broker(redis_url=clean_redis.url, **FAST, **traced(otlp), HERMES_URL=simulator.url)
+    job_id = create(broker, "held")
+    until(lambda: (job(broker, job_id).get("hold") or {}).get("reason") == "busy", 15, "the job held")
+    # When Hermes takes creates again and the job completes
+    urllib.request.urlopen(urllib.request.Request(settings, b'{"busy": false}', JSON), timeout=5).read()
+    until(lambda: job(broker, job_id)["status"] == "completed", 15, "the job completed")
+    spans = until(lambda: has(otlp, job_id, tracing.ADMISSION, "hermes.create", tracing.FOLLOW), 20, "the spans")
+    # Then each grant's wait is a span from the job's entry into the line; the refused creates say 429
+    waits = named(spans, tracing.ADMISSION)
+    assert len(waits) >= 2 and {s.attributes.get("job.hold") for s in waits} == {None, "busy"}
+    assert len({s.start_ns for s in waits}) == 1  # every wait began when the job entered the line
+    creates = named(spans, "hermes.create")
+    statuses = sorted(s.attributes["http.response.status_code"] for s in creates)
+    assert statuses[0] == 202 and set(statuses[1:]) == {429}
+    assert all(tracing.RUN not in s.attributes for s in creates if s.attributes["http.response.status_code"] == 429)
+
+
 def test_a_stop_is_a_span_of_the_jobs_trace_linked_to_the_callers(
     start_broker: BrokerFactory, clean_redis: RedisServer, simulator: SimulatorProcess, otlp: OtlpReceiver
 ) -> None:
