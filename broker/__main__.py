@@ -13,6 +13,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from broker import logging as broker_logging
+from broker import tracing
 from broker.config import Config
 from broker.errors import CannotListen, ConfigError, LegacyLayout
 from broker.http.app import create_app, drain
@@ -30,6 +31,24 @@ def main() -> int:
         print(f"Invalid configuration: {error.message}", file=sys.stderr)
         return 2
     broker_logging.configure(config.log_level, config.log_format)
+    _start_tracing(config)
+    try:
+        return _run(config)
+    finally:
+        tracing.shutdown()  # exports what is buffered
+
+
+def _start_tracing(config: Config) -> None:
+    if not config.otel_traces:
+        return  # nothing of OpenTelemetry is imported
+    log = get_logger("broker.__main__.Tracing")
+    if tracing.enable(config.otel_traces):
+        log.info("Exporting traces.", extra={"exporters": ",".join(config.otel_traces)})
+    else:
+        log.warning("OpenTelemetry is configured, but the otel extra is not installed: no traces are exported.")
+
+
+def _run(config: Config) -> int:
     with contextlib.ExitStack() as stack:
         redis_url = config.redis_url
         if redis_url is None:

@@ -62,6 +62,8 @@ class Config:
     log_level: str = "info"
     log_format: str = "json"
     console_enabled: bool = True
+    #: Trace exporters OpenTelemetry's own variables ask for (SPEC S6.1): `otlp`, `console`; empty: no traces.
+    otel_traces: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Config:
@@ -76,6 +78,7 @@ class Config:
             except ValueError as exc:
                 shown = "<hidden>" if name in _HIDDEN else repr(raw)
                 raise ConfigError(f"{name}={shown} {exc}") from None
+        values["otel_traces"] = _otel_traces(env)
         config = cls(**values)
         if config.board_enabled and not config.board_url:
             raise ConfigError("BOARD_URL is required when BOARD_ENABLED=true")
@@ -85,6 +88,38 @@ class Config:
 
     def with_(self, **changes: Any) -> Config:
         return attrs.evolve(self, **changes)
+
+
+OTEL_EXPORTERS = ("otlp", "console")
+_OTLP_PROTOCOLS = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
+
+
+def _otel_traces(env: Mapping[str, str]) -> tuple[str, ...]:
+    """The trace exporters OTEL_* configuration asks for: OTEL_TRACES_EXPORTER, else `otlp` when an OTLP
+    endpoint is set; none when OTEL_SDK_DISABLED. Only OTLP over HTTP (http/protobuf) is shipped."""
+    if _boolean_or_false(env.get("OTEL_SDK_DISABLED", "")):
+        return ()
+    named = env.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip() or env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+    if named:
+        exporters = tuple(dict.fromkeys(part.strip() for part in named.split(",") if part.strip() != "none"))
+        unknown = [name for name in exporters if name not in OTEL_EXPORTERS]
+        if unknown:
+            raise ConfigError(f"OTEL_TRACES_EXPORTER={named!r} is not a list of otlp, console or none")
+    else:
+        exporters = ("otlp",) if endpoint.strip() else ()
+    name = next((n for n in _OTLP_PROTOCOLS if env.get(n, "").strip()), None)  # the traces' own one wins
+    protocol = env.get(name, "").strip() if name else ""
+    if "otlp" in exporters and name and protocol != "http/protobuf":
+        raise ConfigError(f"{name}={protocol!r} is not supported: traces are exported as http/protobuf")
+    return exporters
+
+
+def _boolean_or_false(raw: str) -> bool:
+    try:
+        return _boolean(raw)
+    except ValueError:
+        return False
 
 
 def _integer(minimum: int, maximum: int | None = None) -> Callable[[str], int]:

@@ -78,6 +78,9 @@ class JobCreated:
     model: str | None = None
     context: Context | None = None
     reporting: Reporting = field(factory=Reporting)
+    #: W3C trace context of the create's span (SPEC S6.1): every later span of the job is its child;
+    #: None: the create was not traced.
+    traceparent: str | None = None
 
 
 @frozen(kw_only=True)

@@ -65,6 +65,14 @@ contexts = st.builds(
 reportings = st.builds(Reporting, board=st.booleans(), post=st.booleans())
 
 
+traceparents = st.builds(
+    "00-{}-{}-{}".format,
+    st.text(alphabet="0123456789abcdef", min_size=32, max_size=32),
+    st.text(alphabet="0123456789abcdef", min_size=16, max_size=16),
+    st.sampled_from(["00", "01"]),
+)
+
+
 def created(job_id: str = JOB_ID) -> st.SearchStrategy[JobCreated]:
     return st.builds(
         JobCreated,
@@ -78,6 +86,7 @@ def created(job_id: str = JOB_ID) -> st.SearchStrategy[JobCreated]:
         model=st.none() | texts,
         context=st.none() | contexts,
         reporting=reportings,
+        traceparent=st.none() | traceparents,
     )
 
 

@@ -13,6 +13,7 @@ from enum import StrEnum
 
 from attrs import evolve
 
+from broker import tracing
 from broker.clock import Clock
 from broker.driver import decide
 from broker.driver.decide import Policy
@@ -59,7 +60,9 @@ class Repairer:
         run_id = view.hermes_run_id
         if run_id is None or view.accepted_attempt != view.attempt or await self._store.owned(job_id):
             return Repair.SKIPPED
-        run = await self._hermes.get(run_id)
+        parent = await self._writer.store.traceparent(job_id) if tracing.enabled() else None
+        with tracing.within(parent, {tracing.JOB: job_id}):  # the poll is a span of the job's trace (SPEC S6.1)
+            run = await self._hermes.get(run_id)
         if not isinstance(run, HermesRun | NotFound):
             return Repair.UNKNOWN
         events = self._facts(view, run, version.source_activity_at_ms)

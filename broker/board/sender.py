@@ -12,11 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 import orjson
 from attrs import frozen
 
+from broker import tracing
 from broker.board.due import Deliver, DeliverySettings, Later, Replay, next_step
 from broker.board.signing import signed_headers, webhook_id
 from broker.clock import Clock
@@ -53,8 +55,10 @@ class Sender:
         metrics: Metrics,
         *,
         consumer: str,
+        trace_of: Callable[[str], Awaitable[str | None]] | None = None,
     ) -> None:
         self._store = store
+        self._trace_of = trace_of  #: a job's stored trace context (SPEC S6.1)
         self._session = session
         self._settings = settings
         self._clock = clock
@@ -137,7 +141,8 @@ class Sender:
             )
             match step:
                 case Deliver() | Replay():
-                    await self._post(entry, lock, token, replay=isinstance(step, Replay))
+                    with await self._span(entry, replay=isinstance(step, Replay)):
+                        await self._post(entry, lock, token, replay=isinstance(step, Replay))
                 case Later(due_at_ms=due):
                     await self._store.schedule(job_id, due)
                 case None:
@@ -173,6 +178,18 @@ class Sender:
         self._metrics.board_deliveries.labels(outcome="exhausted").inc()
         extra = {**fields, "attempts": self._settings.retries, "error": error}
         self._log.warning("Gave up a board delivery until reconciliation.", extra=extra)
+
+    async def _span(self, entry: BoardEntry, *, replay: bool) -> tracing.Span:
+        """A delivery's span in the job's trace (its stored context is read only when tracing)."""
+        if not tracing.enabled() or self._trace_of is None:
+            return tracing.NO_SPAN
+        attributes: tracing.Attributes = {
+            tracing.JOB: entry.job_id,
+            "board.at": entry.latest_at,
+            "board.replay": replay,
+        }
+        parent = await self._trace_of(entry.job_id)
+        return tracing.start(tracing.BOARD, parent=parent, kind=tracing.Kind.CLIENT, attributes=attributes)
 
     async def _send(self, entry: BoardEntry) -> str:
         """POST the key's latest report, signed for this attempt when secrets are set; '' on a 2xx, else what

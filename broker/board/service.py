@@ -55,7 +55,15 @@ class BoardService:
         """Create the senders' group, then run the sender, the promoter and the reconciler in the background."""
         await self.store.ensure_group()
         self._session = aiohttp.ClientSession()
-        sender = Sender(self.store, self._session, self._settings, self._clock, self._metrics, consumer=self.replica)
+        sender = Sender(
+            self.store,
+            self._session,
+            self._settings,
+            self._clock,
+            self._metrics,
+            consumer=self.replica,
+            trace_of=self._writer.store.traceparent,
+        )
         repairer = Repairer(self._writer, self.store, self._hermes, self._clock, self._policy)
         reconciler = Reconciler(self.store, sender, repairer, self._clock, interval_ms=self._reconcile_ms)
         loops = {"board-sender": sender.run, "board-promoter": self._promote, "board-reconciler": reconciler.run}

@@ -7,19 +7,21 @@ Every append is fenced by the run lease and by the stream position it decided on
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from enum import StrEnum
 
 from attrs import define
 
+from broker import tracing
 from broker.admission.state import line_place
 from broker.clock import Clock
 from broker.driver import decide
 from broker.driver.decide import Append, Done, Follow, Policy, Queue, StopRun, Submit
 from broker.driver.gate import Gate
 from broker.driver.pump import Pump
-from broker.events import JobEvent
+from broker.events import JobCreated, JobEvent
 from broker.hermes.client import HermesClient
 from broker.hermes.models import Accepted, HermesRun, NotFound
 from broker.jobs.writer import Writer
@@ -75,8 +77,10 @@ class Runner:
         self.view: JobView | None = None  #: the job as last seen
         self._deps = deps
         self._stored = stored  #: the job's view hash as read with the grant (None: read it first)
-        self._created = created  #: its JobCreated JSON as read with the grant (None: read it when submitting)
-        self._body: str | None = None  #: the execution body, once read
+        self._created_json = created  #: its JobCreated JSON as read with the grant (None: read it when submitting)
+        self._job: JobCreated | None = None  #: the job's JobCreated (its body, its trace context), once read
+        self._follow_span = tracing.NO_SPAN  #: the span of following `_followed` (SPEC S6.1)
+        self._followed = 0
         self._wake = asyncio.Event()
         self._pump: Pump | None = None
         self._stop_sent_attempt = 0
@@ -89,11 +93,15 @@ class Runner:
         self._wake.set()
 
     async def run(self) -> Ending:
-        try:
-            return await self._drive()
-        finally:
-            if self._pump is not None:
-                await self._pump.close()
+        # Every span of this task is a child of the create's span, stored with the job (SPEC S6.1).
+        parent = (await self._created()).traceparent if tracing.enabled() else None
+        with tracing.within(parent, {tracing.JOB: self.job_id}):
+            try:
+                return await self._drive()
+            finally:
+                if self._pump is not None:
+                    await self._pump.close()
+                self._end_follow()
 
     async def _drive(self) -> Ending:
         store = self._deps.writer.store
@@ -111,6 +119,7 @@ class Runner:
             )
             match action:
                 case Done():
+                    self._end_follow()
                     if self.has_slot:  # at once, before the stream closes: the next job in line goes now
                         await self._deps.gate.release(self.job_id, freed=self.ran)
                         self.has_slot = False
@@ -125,15 +134,21 @@ class Runner:
                 case StopRun(hermes_run_id=run_id):
                     snapshot = await self._stop(snapshot, run_id)
                 case Follow():
-                    snapshot = await self._follow(snapshot, action)
+                    with self._following(action.attempt, action.hermes_run_id):
+                        snapshot = await self._follow(snapshot, action)
 
     async def _submit(self, snapshot: Snapshot, action: Submit) -> Snapshot:
         view, deps = snapshot.view, self._deps
-        if self._body is None:
-            self._body = await deps.writer.store.execution_body(self.job_id, self._created)
-        outcome = await deps.hermes.create(
-            self._body.encode(), idempotency_key=action.idempotency_key, session_key=view.session_key
-        )
+        body = (await self._created()).body
+        since = decide.waiting_since(view)
+        hold = view.hold.reason.value if view.hold is not None else None
+        tracing.start(
+            tracing.ADMISSION, start_ms=since, attributes={tracing.ATTEMPT: action.attempt, "job.hold": hold}
+        ).end()
+        with tracing.within(None, {tracing.ATTEMPT: action.attempt}):
+            outcome = await deps.hermes.create(
+                body.encode(), idempotency_key=action.idempotency_key, session_key=view.session_key
+            )
         now, policy = deps.clock.now_ms(), deps.policy
         refused = decide.refusal_of(outcome)
         retry_at = now
@@ -156,7 +171,8 @@ class Runner:
                 # The job ended (a stop) while Hermes was creating the run: stop the orphan.
                 await deps.hermes.stop(outcome.run_id)
             else:
-                self._pump = Pump(deps.hermes, action.attempt, outcome.run_id)
+                with self._following(action.attempt, outcome.run_id):  # the stream's span is the follow's child
+                    self._pump = Pump(deps.hermes, action.attempt, outcome.run_id)
                 self._log.info("Following a Hermes run.", extra={"job": self.job_id, "hermesRun": outcome.run_id})
         return snapshot
 
@@ -234,9 +250,43 @@ class Runner:
         self, snapshot: Snapshot, facts: Callable[[JobView], list[JobEvent]], *, retry: bool = True
     ) -> Snapshot:
         """Append what `facts` derives from the job (fenced by the lease), re-deriving it after a conflict."""
-        return await self._deps.writer.commit(
+        after = await self._deps.writer.commit(
             self.job_id, snapshot, facts, log=self._log, lease_token=self.token, retry=retry
         )
+        if after.view.attempt > snapshot.view.attempt:  # RunResubmitted
+            attributes: tracing.Attributes = {
+                tracing.ATTEMPT: after.view.attempt,
+                tracing.RUN: snapshot.view.hermes_run_id,
+            }
+            tracing.start(tracing.RESUBMIT, attributes=attributes).end()
+        return after
+
+    async def _created(self) -> JobCreated:
+        if self._job is None:
+            self._job = await self._deps.writer.store.created_event(self.job_id, self._created_json)
+        return self._job
+
+    def _following(self, attempt: int, run_id: str) -> contextlib.AbstractContextManager[None]:
+        """Within: spans are children of the follow span of `attempt` (started on first use)."""
+        if not tracing.enabled():
+            return tracing.NOTHING  # a follow iteration costs nothing more untraced
+        return self._traced_follow(attempt, run_id)
+
+    @contextlib.contextmanager
+    def _traced_follow(self, attempt: int, run_id: str) -> Iterator[None]:
+        if self._followed != attempt:
+            self._end_follow()
+            self._followed = attempt
+            attributes: tracing.Attributes = {tracing.ATTEMPT: attempt, tracing.RUN: run_id}
+            self._follow_span = tracing.start(tracing.FOLLOW, attributes=attributes)
+        with tracing.within(None, {tracing.ATTEMPT: attempt}), self._follow_span.current():
+            yield
+
+    def _end_follow(self) -> None:
+        if self.view is not None:
+            self._follow_span.set(tracing.STATUS, self.view.status.value)
+        self._follow_span.end()
+        self._follow_span, self._followed = tracing.NO_SPAN, 0
 
     async def _append_decided(self, snapshot: Snapshot, events: list[JobEvent]) -> Snapshot:
         """Append what next_action decided; after a concurrent append, decide again instead."""
@@ -258,6 +308,8 @@ class Runner:
             self._deps.metrics.takeovers.inc()
             fields = {"job": self.job_id, "attempt": view.attempt, "hermesRun": view.hermes_run_id}
             self._log.info("Took over a job.", extra=fields)
+            attributes: tracing.Attributes = {tracing.ATTEMPT: view.attempt, tracing.RUN: view.hermes_run_id}
+            tracing.start(tracing.TAKEOVER, attributes=attributes).end()
             if not self.has_slot:  # its run is live on Hermes: it counts against the limit again
                 await self._deps.gate.hold([self.job_id], self._deps.clock.now_ms())
                 self.has_slot = self.ran = True

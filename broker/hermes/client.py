@@ -18,8 +18,9 @@ from urllib.parse import quote
 import aiohttp
 from yarl import URL
 
-from broker import errors
+from broker import errors, tracing
 from broker.hermes.models import (
+    Accepted,
     ApprovalOutcome,
     CreateOutcome,
     Forwarded,
@@ -96,6 +97,9 @@ class AiohttpHermesClient:
         self._observe = observe
         self.last_answered: bool | None = None  #: did Hermes answer the last call (None: no call yet)
         self._log = get_logger(type(self))
+        url = URL(self._base_url)
+        self._server = (url.host or "", url.port or 0)
+        self.upstream = f"{url.host}:{url.port}"  #: host:port, for traces (SPEC S6.1)
 
     async def create(
         self, body: bytes, *, idempotency_key: str | None = None, session_key: str | None = None
@@ -105,13 +109,19 @@ class AiohttpHermesClient:
             headers["Idempotency-Key"] = idempotency_key
         if session_key is not None:
             headers["X-Hermes-Session-Key"] = session_key
-        reply = await self._call("POST", "/v1/runs", body=body, headers=headers)
-        if isinstance(reply, Unavailable):
-            return reply
-        return create_outcome(reply.status, reply.headers, reply.body)
+        with self._span("create", "POST", "/v1/runs") as span:
+            span.set("hermes.idempotency_key", idempotency_key)
+            reply = await self._call("POST", "/v1/runs", body=body, headers=headers, span=span)
+            if isinstance(reply, Unavailable):
+                return reply
+            outcome = create_outcome(reply.status, reply.headers, reply.body)
+            if isinstance(outcome, Accepted):
+                span.set(tracing.RUN, outcome.run_id)
+            return outcome
 
     async def get(self, run_id: str) -> GetOutcome:
-        reply = await self._call("GET", _run_path(run_id))
+        with self._span("get", "GET", "/v1/runs/{run_id}", run_id) as span:
+            reply = await self._call("GET", _run_path(run_id), span=span)
         if isinstance(reply, Unavailable):
             return reply
         if reply.status == 200 and (payload := parse_json_object(reply.body)) is not None:
@@ -119,7 +129,8 @@ class AiohttpHermesClient:
         return failure_outcome(reply.status, run_id)
 
     async def stop(self, run_id: str) -> StopOutcome:
-        reply = await self._call("POST", _run_path(run_id, "/stop"))
+        with self._span("stop", "POST", "/v1/runs/{run_id}/stop", run_id) as span:
+            reply = await self._call("POST", _run_path(run_id, "/stop"), span=span)
         if isinstance(reply, Unavailable):
             return reply
         payload = parse_json_object(reply.body)
@@ -132,7 +143,8 @@ class AiohttpHermesClient:
 
     async def approval(self, run_id: str, body: bytes) -> ApprovalOutcome:
         headers = {"Content-Type": "application/json"}
-        reply = await self._call("POST", _run_path(run_id, "/approval"), body=body, headers=headers)
+        with self._span("approval", "POST", "/v1/runs/{run_id}/approval", run_id) as span:
+            reply = await self._call("POST", _run_path(run_id, "/approval"), body=body, headers=headers, span=span)
         if isinstance(reply, Unavailable):
             return reply
         if reply.status in (401, 403):
@@ -143,19 +155,21 @@ class AiohttpHermesClient:
         return Relayed(reply.status, payload)
 
     async def events(self, run_id: str, *, idle_timeout_s: float) -> AsyncIterator[StreamItem]:
-        opened = await self._open(_run_path(run_id, "/events"))
-        if isinstance(opened, Unavailable):
-            yield opened
-            return
-        try:
-            if opened.status != 200:
-                await opened.read()
-                yield failure_outcome(opened.status, run_id)
+        # The span covers the whole stream; it is never made current (an async generator may be closed elsewhere).
+        with self._span("events", "GET", "/v1/runs/{run_id}/events", run_id) as span:
+            opened = await self._open(_run_path(run_id, "/events"), span)
+            if isinstance(opened, Unavailable):
+                yield opened
                 return
-            async for item in read_stream(opened, idle_timeout_s):
-                yield item
-        finally:
-            opened.close()
+            try:
+                if opened.status != 200:
+                    await opened.read()
+                    yield failure_outcome(opened.status, run_id)
+                    return
+                async for item in read_stream(opened, idle_timeout_s):
+                    yield item
+            finally:
+                opened.close()
 
     async def forward(self, method: str, path: str, body: bytes | None) -> ForwardOutcome:
         headers = {"Content-Type": "application/json"} if body is not None else None
@@ -182,16 +196,24 @@ class AiohttpHermesClient:
         self._session = None
 
     async def _call(
-        self, method: str, path: str, *, body: bytes | None = None, headers: dict[str, str] | None = None
+        self,
+        method: str,
+        path: str,
+        *,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        span: tracing.Span = tracing.NO_SPAN,
     ) -> _Reply | Unavailable:
         started = time.monotonic()
         status: int | None = None
+        sent = self._headers(headers)
+        span.inject(sent)  # the call's span is Hermes's parent (SPEC S6.1)
         try:
             async with self._client().request(
                 method,
                 self._url(path),
                 data=body,
-                headers=self._headers(headers),
+                headers=sent,
                 timeout=aiohttp.ClientTimeout(total=self._timeout_s),
             ) as response:
                 status = response.status
@@ -201,17 +223,19 @@ class AiohttpHermesClient:
         except (aiohttp.ClientError, OSError) as exc:
             return Unavailable(_unreachable(exc))
         finally:
-            self._logged(method, path, status, started)
+            self._logged(method, path, status, started, span)
 
-    async def _open(self, path: str) -> aiohttp.ClientResponse | Unavailable:
+    async def _open(self, path: str, span: tracing.Span = tracing.NO_SPAN) -> aiohttp.ClientResponse | Unavailable:
         """Send a streaming GET and wait (within the request timeout) for its headers only."""
         started = time.monotonic()
         status: int | None = None
         # No read timeout: a stream may be quiet for long; the caller's idle timeout bounds it.
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._timeout_s, sock_read=None)
+        sent = self._headers(None)
+        span.inject(sent)
         try:
             async with asyncio.timeout(self._timeout_s):
-                response = await self._client().get(self._url(path), headers=self._headers(None), timeout=timeout)
+                response = await self._client().get(self._url(path), headers=sent, timeout=timeout)
             status = response.status
             return response
         except TimeoutError:
@@ -219,7 +243,21 @@ class AiohttpHermesClient:
         except (aiohttp.ClientError, OSError) as exc:
             return Unavailable(_unreachable(exc))
         finally:
-            self._logged("GET", path, status, started)
+            self._logged("GET", path, status, started, span)
+
+    def _span(self, operation: str, method: str, route: str, run_id: str | None = None) -> tracing.Span:
+        """A client span of one Hermes call (no attributes are even built when tracing is off)."""
+        if not tracing.enabled():
+            return tracing.NO_SPAN
+        attributes: dict[str, tracing.Value] = {
+            "http.request.method": method,
+            "url.template": route,
+            "server.address": self._server[0],
+            "server.port": self._server[1],
+            tracing.UPSTREAM: self.upstream,
+            tracing.RUN: run_id,
+        }
+        return tracing.start(tracing.HERMES_PREFIX + operation, kind=tracing.Kind.CLIENT, attributes=attributes)
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -236,7 +274,12 @@ class AiohttpHermesClient:
             headers["Authorization"] = f"Bearer {self._api_key}"
         return headers
 
-    def _logged(self, method: str, path: str, status: int | None, started: float) -> None:
+    def _logged(
+        self, method: str, path: str, status: int | None, started: float, span: tracing.Span = tracing.NO_SPAN
+    ) -> None:
+        span.set("http.response.status_code", status)
+        if status is None or status >= 400:
+            span.fail("no answer" if status is None else f"HTTP {status}")
         elapsed = time.monotonic() - started
         duration_ms = round(elapsed * 1000)
         self.last_answered = status is not None and status < 500

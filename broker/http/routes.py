@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from broker import tracing
 from broker.errors import JobNotFound
 from broker.http import appkeys as keys
 from broker.http.crosssite import same_site_only
@@ -13,11 +14,18 @@ from broker.http.render import job_object, json_response
 from broker.http.schemas import parse_approval, parse_create
 from broker.ids import JOB_PREFIX
 
+_CREATE_ATTRIBUTES = {"http.request.method": "POST", "http.route": "/v1/runs"}
+
 
 @same_site_only
 async def create_run(request: web.Request) -> web.Response:
-    run = parse_create(await request.read(), request.headers)
-    result = await request.app[keys.service_key].create(run)
+    caller = request.headers.get("traceparent")  # the job's trace continues the caller's (SPEC S6.1)
+    with tracing.start(tracing.CREATE, parent=caller, kind=tracing.Kind.SERVER, attributes=_CREATE_ATTRIBUTES) as span:
+        run = parse_create(await request.read(), request.headers)
+        result = await request.app[keys.service_key].create(run, traceparent=span.traceparent)
+        span.set(tracing.JOB, result.view.job_id)
+        span.set("job.replayed", result.replayed)
+        span.set("http.response.status_code", 202)
     headers = {"Idempotency-Replayed": "true"} if result.replayed else None
     return json_response({**job_object(result.view), "replayed": result.replayed}, status=202, headers=headers)
 
@@ -37,7 +45,7 @@ async def get_run(request: web.Request) -> web.StreamResponse:
 async def stop_run(request: web.Request) -> web.StreamResponse:
     run_id = request.match_info["run_id"]
     try:
-        view = await request.app[keys.service_key].stop(run_id)
+        view = await request.app[keys.service_key].stop(run_id, caller=request.headers.get("traceparent"))
     except JobNotFound:
         return await proxy_or_not_found(request, run_id, "/stop")
     return json_response({"run_id": view.job_id, "status": view.status.value})
@@ -53,7 +61,7 @@ async def approve_run(request: web.Request) -> web.StreamResponse:
         return await proxy_or_not_found(request, run_id, "/approval")
     allow_always = request.app[keys.config_key].runs_approval_allow_always
     choice = parse_approval(await request.read(), allow_always=allow_always)
-    status, payload = await service.approve(run_id, choice)
+    status, payload = await service.approve(run_id, choice, caller=request.headers.get("traceparent"))
     return json_response(payload, status=status)
 
 

@@ -8,6 +8,7 @@ import orjson
 from attrs import evolve, frozen
 from redis.asyncio import Redis
 
+from broker import tracing
 from broker.admission.state import shown_hold
 from broker.clock import Clock
 from broker.errors import Conflict, IdempotencyConflict, Unavailable
@@ -53,8 +54,10 @@ class JobService:
         self._hermes = hermes
         self._log = get_logger(type(self))
 
-    async def create(self, request: CreateRun) -> CreateResult:
-        """Store a new job, or answer the one its Idempotency-Key already claimed."""
+    async def create(self, request: CreateRun, *, traceparent: str | None = None) -> CreateResult:
+        """Store a new job, or answer the one its Idempotency-Key already claimed.
+
+        `traceparent`: the create's span, stored with a new job so its whole life is one trace (SPEC S6.1)."""
         key = request.idempotency_key
         event = JobCreated(
             job_id=job_id_for_key(key) if key else new_job_id(),
@@ -67,6 +70,7 @@ class JobService:
             model=request.model,
             context=request.context,
             reporting=request.reporting,
+            traceparent=traceparent,
         )
         outcome = await self._writer.create(event)
         existing = outcome.snapshot.view
@@ -97,13 +101,27 @@ class JobService:
         line = await self._admission.state(now, lines=False)
         return [evolve(view, hold=shown_hold(view, line, now)) if _waiting(view) else view for view in views]
 
-    async def stop(self, job_id: str) -> JobView:
-        """Record the stop first; a job with no live Hermes run is cancelled at once, others by their owner."""
-        now = self._clock.now_ms()
-        return await self._record(job_id, lambda view: rules.on_stop_request(view, now))
+    async def stop(self, job_id: str, *, caller: str | None = None) -> JobView:
+        """Record the stop first; a job with no live Hermes run is cancelled at once, others by their owner.
 
-    async def approve(self, job_id: str, choice: ApprovalChoice) -> tuple[int, dict[str, object]]:
+        `caller`: the request's traceparent, linked from the stop's span in the job's trace."""
+        now = self._clock.now_ms()
+        span = await self._span(tracing.STOP, job_id, caller)
+        with span, span.current():
+            view = await self._record(job_id, lambda view: rules.on_stop_request(view, now))
+            span.set(tracing.STATUS, view.status.value)
+            return view
+
+    async def approve(
+        self, job_id: str, choice: ApprovalChoice, *, caller: str | None = None
+    ) -> tuple[int, dict[str, object]]:
         """Forward an approval to the job's live Hermes run; a deny is a denied stop (SPEC S3.5)."""
+        span = await self._span(tracing.APPROVAL, job_id, caller)
+        with span, span.current():
+            span.set("approval.choice", choice.choice)
+            return await self._approve(job_id, choice)
+
+    async def _approve(self, job_id: str, choice: ApprovalChoice) -> tuple[int, dict[str, object]]:
         view = await self.get(job_id)
         live = view.accepted_attempt == view.attempt and view.hermes_run_id and not view.status.terminal
         if not live or view.hermes_run_id is None:
@@ -135,6 +153,16 @@ class JobService:
         if after.last_id != before.last_id:
             await signals.nudge(self._redis, job_id)
         return after.view
+
+    async def _span(self, name: str, job_id: str, caller: str | None) -> tracing.Span:
+        """A request's span in the job's trace: its stored context is read (one XRANGE) only when tracing."""
+        if not tracing.enabled():
+            return tracing.NO_SPAN
+        parent = await self._writer.store.traceparent(job_id)
+        links = [caller] if caller else []
+        return tracing.start(
+            name, parent=parent, kind=tracing.Kind.SERVER, attributes={tracing.JOB: job_id}, links=links
+        )
 
     async def _load(self, job_id: str) -> Snapshot:
         return await self._writer.load(job_id)

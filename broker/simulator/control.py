@@ -92,7 +92,7 @@ async def _touch(request: web.Request) -> web.Response:
 
 
 async def _requests(request: web.Request) -> web.Response:
-    """Every /v1 and /health request so far: method, path, idempotency_key, status."""
+    """Every /v1 and /health request so far: method, path, idempotency_key, traceparent, status."""
     return web.json_response({"requests": request.app[simulator_key].requests})
 
 

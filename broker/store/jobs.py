@@ -192,13 +192,24 @@ class JobStore:
     async def execution_body(self, job_id: str, created: str | None = None) -> str:
         """The body Hermes gets (SPEC S3.1): kept once, in the job's JobCreated, the first entry of its stream
         (`created`: that event's JSON, when it was read already)."""
+        return (await self.created_event(job_id, created)).body
+
+    async def created_event(self, job_id: str, created: str | None = None) -> JobCreated:
+        """The job's JobCreated, the first entry of its stream (`created`: its JSON, when it was read already)."""
         if created is not None:
             event: JobEvent | None = decode(created)
         else:
             event = next((first for _, first in await self.read(job_id, count=1)), None)
         if not isinstance(event, JobCreated):
             raise JobNotFound(job_id)
-        return event.body
+        return event
+
+    async def traceparent(self, job_id: str) -> str | None:
+        """The job's stored trace context (SPEC S6.1); None for an unknown job or one created untraced."""
+        try:
+            return (await self.created_event(job_id)).traceparent
+        except JobNotFound:
+            return None
 
     async def read(self, job_id: str, after: str = START, count: int | None = None) -> list[tuple[str, JobEvent]]:
         """Events strictly after `after`, oldest first."""

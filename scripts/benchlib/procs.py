@@ -29,7 +29,9 @@ from broker.store.embedded import free_port
 ROOT = Path(__file__).resolve().parents[2]
 BASELINES = ROOT / "scripts" / "bench_baselines"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-BROKER_VARIABLES = ("RUNS_", "BOARD_", "HERMES_", "REDIS_", "LOG_", "SHUTDOWN_", "CONSOLE_", "DATA_DIR", "PORT", "HOST")
+#: Variables the children never inherit (OTEL_: the tracing row decides where brokers export to).
+BROKER_VARIABLES = ("RUNS_", "BOARD_", "HERMES_", "REDIS_", "LOG_", "SHUTDOWN_", "CONSOLE_", "DATA_DIR", "PORT", "HOST",
+                    "OTEL_")  # fmt: skip
 
 
 class Proc:

@@ -7,6 +7,7 @@ from typing import Any, get_args
 import attrs
 import orjson
 import pytest
+from cattrs.preconf.orjson import make_converter
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -116,3 +117,29 @@ def test_an_unreadable_view_is_none(data: bytes) -> None:
 def test_a_view_with_missing_fields_is_none() -> None:
     assert decode_view(b'{"job_id":"job_1"}') is None
     assert decode_view(b"") is None
+
+
+def test_a_job_created_by_an_untraced_broker_reads_without_a_trace_context() -> None:
+    # Given a JobCreated as today's main (and any broker without tracing) stores it
+    stored = b'{"job_id":"job_1","at_ms":1,"body":"{}","fingerprint":"f","type":"JobCreated"}'
+    # Then it reads with no trace context, and an untraced create stores exactly those bytes again
+    event = decode(stored)
+    assert isinstance(event, JobCreated) and event.traceparent is None
+    assert encode(event) == stored
+
+
+def test_an_older_replica_reads_a_traced_job_created() -> None:
+    # Given a JobCreated stored with its trace context (SPEC S6.1)
+    traced = JobCreated(
+        job_id="job_1", at_ms=1, body="{}", fingerprint="f", traceparent="00-" + "a" * 32 + "-" + "b" * 16 + "-01"
+    )
+    stored = encode(traced)
+    # When a replica whose JobCreated has no such field (the class as main had it) decodes it
+    fields = [a for a in attrs.fields(JobCreated) if a.name != "traceparent"]
+    older_class = attrs.make_class(
+        "JobCreated", {a.name: attrs.field(default=a.default, kw_only=True) for a in fields}, frozen=True
+    )
+    older = make_converter(omit_if_default=True)
+    # Then it reads every other field unchanged (cattrs ignores the field it does not know)
+    read = older.loads(orjson.dumps({k: v for k, v in orjson.loads(stored).items() if k != "type"}), older_class)
+    assert attrs.asdict(read) == {k: v for k, v in attrs.asdict(traced).items() if k != "traceparent"}

@@ -55,6 +55,7 @@ DEFAULTS = {
     "log_level": "info",
     "log_format": "json",
     "console_enabled": True,
+    "otel_traces": (),
 }
 
 # variable -> (raw value, field, parsed value); every S2 variable, none at its default
@@ -95,6 +96,7 @@ EVERY_VARIABLE = {
     "LOG_LEVEL": ("debug", "log_level", "debug"),
     "LOG_FORMAT": ("text", "log_format", "text"),
     "CONSOLE_ENABLED": ("false", "console_enabled", False),
+    "OTEL_TRACES_EXPORTER": ("console", "otel_traces", ("console",)),  # OpenTelemetry's own (SPEC S6.1)
 }
 
 
@@ -124,6 +126,46 @@ def test_each_variable_alone_changes_only_its_field(name: str) -> None:
     assert {k: v for k, v in changed.items() if k not in companions} == {
         k: v for k, v in DEFAULTS.items() if k not in companions
     }
+
+
+@pytest.mark.parametrize(
+    ("env", "exporters"),
+    [
+        ({}, ()),
+        ({"OTEL_SERVICE_NAME": "broker", "OTEL_TRACES_SAMPLER": "always_on"}, ()),  # nothing says where to
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}, ("otlp",)),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector:4318/v1/traces"}, ("otlp",)),
+        ({"OTEL_TRACES_EXPORTER": "console"}, ("console",)),
+        ({"OTEL_TRACES_EXPORTER": "otlp, console"}, ("otlp", "console")),
+        ({"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}, ()),
+        ({"OTEL_SDK_DISABLED": "true", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}, ()),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}, ("otlp",)),
+        (
+            {
+                "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318",
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+                "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",  # the traces' own variable wins
+            },
+            ("otlp",),
+        ),
+    ],
+)
+def test_traces_are_on_only_when_otel_variables_ask_for_an_exporter(
+    env: dict[str, str], exporters: tuple[str, ...]
+) -> None:
+    assert Config.from_env(env).otel_traces == exporters
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"OTEL_TRACES_EXPORTER": "zipkin"}, "OTEL_TRACES_EXPORTER"),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "PROTOCOL"),
+    ],
+)
+def test_an_otel_exporter_the_broker_does_not_ship_stops_startup(env: dict[str, str], named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        Config.from_env(env)
 
 
 def test_unknown_variables_are_not_read() -> None:

@@ -36,6 +36,7 @@ class E2EResult:
     calls: list[int]  #: Redis commands while the jobs ran, master by master
     jobs: int
     events: int  #: events in the first job's stream
+    cpu_s: float = 0.0  #: the brokers' CPU time (user + system) from the first create to the last terminal
 
     @property
     def calls_per_job(self) -> float:
@@ -51,6 +52,7 @@ async def broker_round(services: Services, replicas: int, jobs: int, backend: Ba
         urls = itertools.cycle([proc.url for proc in procs])
         body = create_body("bench end to end")
         await store.reset_stats()
+        cpu_before = sum(proc.cpu_s() for proc in procs)
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
             targets = [next(urls) for _ in range(jobs)]
             started = time.time()
@@ -58,6 +60,7 @@ async def broker_round(services: Services, replicas: int, jobs: int, backend: Ba
             await sim_settled(services, session, jobs, timeout_s=60 + jobs / 5)
             await asyncio.sleep(0.2)  # the terminal append follows the simulator's last event
             calls = await store.commands()
+            cpu_s = sum(proc.cpu_s() for proc in procs) - cpu_before
             ids = [str(job["run_id"]) for job in created]
             finished = await settled_jobs(session, procs[0].url, ids, timeout_s=60)
         end = max(float(str(job["updated_at"])) for job in finished)
@@ -65,7 +68,7 @@ async def broker_round(services: Services, replicas: int, jobs: int, backend: Ba
     bad = [job["status"] for job in finished if job["status"] != "completed"]
     if bad:
         raise RuntimeError(f"{len(bad)} jobs did not complete: {bad[:3]}")
-    return E2EResult(jobs / (end - started), calls, jobs, events)
+    return E2EResult(jobs / (end - started), calls, jobs, events, cpu_s)
 
 
 async def arq_round(services: Services, jobs: int) -> tuple[float, float]:
