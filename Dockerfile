@@ -17,7 +17,7 @@ COPY projections ./projections
 RUN --mount=type=secret,id=pip_cert \
     if [ -s /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi \
     && python3 -m venv /opt/venv \
-    && /opt/venv/bin/pip install --no-cache-dir --disable-pip-version-check . \
+    && /opt/venv/bin/pip install --no-cache-dir --disable-pip-version-check '.[otel]' \
     && useradd --uid 10001 --user-group --home-dir /app --no-create-home broker \
     && mkdir -p /data && chown broker:broker /data
 USER broker
