@@ -150,7 +150,10 @@ class JobStore:
             write["joined"] = {"channel": keys.SIGNALS, "message": signals.joined_message(job_id)}
         elif view.status.terminal:
             write["line"] = "leave"
-        if expected == "$new" or (view.status.terminal and not (before and before.status.terminal)):
+        ends = view.status.terminal and not (before and before.status.terminal)
+        if ends:
+            write["expire"] = "1"  # retention runs from the job's end, never while it lives (SPEC S3.6)
+        if expected == "$new" or ends:
             write["compact"] = "1"  # the stream goes quiet: give back Redis's reserve at its end
         state, report = b"", b""
         if board is not None:

@@ -7,8 +7,10 @@ one hash slot, and the partitions spread the jobs over every master of a cluster
 The same layout serves a single Redis: there the partitions cost a few more keys.
 
 key                          type    holds                                             TTL / writer
-hbr:{pN}:J:events            stream  the job's events, field `e` = JSON; id = SSE id   RUNS_RETENTION; job write
-hbr:{pN}:J:view              hash    `state` = view JSON, `last_id` = id folded to     RUNS_RETENTION; job write
+hbr:{pN}:J:events            stream  the job's events, field `e` = JSON; id = SSE id   none while the job lives,
+                                                                                       RUNS_RETENTION from its
+                                                                                       terminal write; job write
+hbr:{pN}:J:view              hash    `state` = view JSON, `last_id` = id folded to     as the events; job write
 hbr:{pN}:J:lease             string  run lease token                                   RUNS_LEASE; driver
 hbr:{pN}:J:board             hash    latest board report, pending and acked versions   until expiry; job write
 hbr:{pN}:due                 zset    job id -> epoch ms of its next wake-up (memory)   none; job write, driver

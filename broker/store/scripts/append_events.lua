@@ -1,6 +1,6 @@
--- The one write of a job: append events, store the views folded up to the last of them, renew
--- retention, keep the admission line, the due schedule and the listing, and persist the board
--- projection with its pending delivery (SPEC S3.6, S3.9, S5.3), atomically.
+-- The one write of a job: append events, store the views folded up to the last of them, start the
+-- retention of a job that ends, keep the admission line, the due schedule and the listing, and persist
+-- the board projection with its pending delivery (SPEC S3.6, S3.9, S5.3), atomically.
 -- KEYS[1] job events   KEYS[2] job view hash   KEYS[3] job lease   KEYS[4] partition due zset
 -- KEYS[5] job board hash   KEYS[6] partition board outbox   KEYS[7] partition board due zset
 -- KEYS[8] partition board index zset   KEYS[9] partition admission line zset
@@ -13,7 +13,11 @@
 --   job        the job id
 --   expect     '' = do not check, '$new' = create only if the job does not exist, else the expected last id
 --   token      the lease token that fences the write ('' = not fenced)
---   retention  ms every job key lives after this write
+--   retention  ms a finished job's keys live after its terminal write (and its listing entries)
+--   expire     present: the job ends in this write: its stream and view expire `retention` from now.
+--              A job that has not ended has no TTL (SPEC S3.6); a write that moves it in the listing
+--              removes a TTL that a broker before this version gave it (renewed on every append), so
+--              a long job of an older store cannot expire while it runs
 --   statuses   how many status indexes follow KEYS[11]
 --   compact    present: the stream gets no more appends for a while (a create, a terminal write): copy it
 --              and rename the copy over it, which frees the room Redis reserves at the end of a stream's
@@ -69,8 +73,12 @@ redis.call('HSET', KEYS[2], 'state', ARGV[2], 'last_id', last)
 if ARGV[3] ~= '' then
   redis.call('HSET', KEYS[2], 'board', ARGV[3])
 end
-redis.call('PEXPIRE', KEYS[1], w.retention)
-redis.call('PEXPIRE', KEYS[2], w.retention)
+if w.expire then
+  redis.call('PEXPIRE', KEYS[1], w.retention)
+  redis.call('PEXPIRE', KEYS[2], w.retention)
+elseif w.index and w.expect ~= '$new' and redis.call('PERSIST', KEYS[2]) == 1 then
+  redis.call('PERSIST', KEYS[1])
+end
 if w.due then
   redis.call('ZADD', KEYS[4], w.due, w.job)
 end
