@@ -17,6 +17,8 @@ from broker.board.projector import BoardSettings, board_write
 from broker.clock import Clock
 from broker.codec import decode_board, decode_view, encode_board, encode_view, view_codec
 from broker.config import Config
+from broker.events import RunAccepted
+from broker.store import keys
 from broker.store.jobs import BoardWrite
 from broker.store.rebuild import RebuildStore, Replacement, StoredJob
 from projections import job as job_projection
@@ -79,6 +81,9 @@ def compare(stored: StoredJob, settings: RebuildSettings, now_ms: int) -> Findin
         view=encode_view(view),
         board_state=board_state,
         board=board,
+        runs=tuple(
+            (keys.run_field(event.attempt), event.hermes_run_id) for event in events if isinstance(event, RunAccepted)
+        ),
     )
     return Finding(stored.job_id, found, replacement)
 

@@ -45,6 +45,7 @@ from broker.store import work
 from broker.store.admission import AdmissionStore, Pacing
 from broker.store.connection import connect
 from broker.store.durability import Durability
+from broker.store.entries import settle_fresh_store
 from broker.store.jobs import JobStore
 from broker.store.leases import Leases
 from broker.store.migrate import MIGRATION_COMMAND, legacy_keys
@@ -103,6 +104,8 @@ def _redis_context(url: str | None) -> Callable[[web.Application], AsyncIterator
             found = await legacy_keys(redis)
             if found:
                 raise LegacyLayout(found, MIGRATION_COMMAND)
+            if await settle_fresh_store(redis):  # before the work stream exists: it marks a used store
+                log.info("Storing relayed events packed: no broker has used this store before.")
             await work.ensure_group(redis)
         except BaseException:
             await redis.aclose()

@@ -10,7 +10,9 @@ key                          type    holds                                      
 hbr:{pN}:J:events            stream  the job's events, field `e` = JSON; id = SSE id   none while the job lives,
                                                                                        RUNS_RETENTION from its
                                                                                        terminal write; job write
-hbr:{pN}:J:view              hash    `state` = view JSON, `last_id` = id folded to     as the events; job write
+hbr:{pN}:J:view              hash    `state` = view JSON, `last_id` = id folded to,    as the events; job write
+                                     `run:<attempt>` = the attempt's Hermes run id
+                                     (what packed events leave out, broker/codec.py)
 hbr:{pN}:J:lease             string  run lease token                                   RUNS_LEASE; driver
 hbr:{pN}:J:board             hash    latest board report, pending and acked versions   until expiry; job write
 hbr:{pN}:due                 zset    job id -> epoch ms of its next wake-up (memory)   none; job write, driver
@@ -23,6 +25,8 @@ hbr:{pN}:runs:<status>       zset    the same, one per job status (the status fi
 hbr:{pN}:scratch             stream  a job stream's compacted copy, renamed over it    exists only inside a job write
 hbr:{work}                   stream  doorbells (hints): `line` / `job`; group drivers   acked+deleted; after writes
 hbr:{board}:bell             stream  cluster only: a board version was written (hint)  ~1000; after job writes
+hbr:format                   string  `packed`: replicas may write packed events         none; startup of a fresh
+                                     (broker/codec.py; absent: full events only)       store, event_format.py
 hbr:lock:<name>              string  token-owned locks                                 lock TTL; sender, reconciler
   hbr:lock:board:<J>         one board key's deliveries                                longest delivery; sender
   hbr:lock:board:reconcile   one reconciliation pass per interval                      BOARD_RECONCILE_INTERVAL
@@ -139,6 +143,16 @@ def runs_index(partition: int, status: str) -> str:
 def scratch(partition: int) -> str:
     """Where the job write copies a job stream to compact it; renamed over the stream in the same script."""
     return f"{_tag(partition)}:scratch"
+
+
+#: Whether replicas may write packed events (broker/codec.py, broker/store/entries.py).
+EVENT_FORMAT = f"{PREFIX}:format"
+PACKED = "packed"
+
+
+def run_field(attempt: int) -> str:
+    """The field of a job's view hash holding the Hermes run id of `attempt` (read for packed events)."""
+    return f"run:{attempt}"
 
 
 def lock(name: str) -> str:

@@ -29,6 +29,8 @@
 --   place      with 'enter': its score in the line
 --   joined     with 'enter': {channel, message}: published so every replica's next admission pass reads
 --              the job's partition (broker/store/signals.py; PUBLISH names no key)
+--   runs       present: [field, run id, ...] of the view hash: the Hermes run id of each attempt accepted
+--              in this write or whose events it stores packed (broker/codec.py: they leave it out)
 --   board      present: a new board version {at, change ('1' = state change), expire (epoch ms),
 --              refresh (ms), now (epoch ms)}
 --   index      present (the job's status or updated_at changed): the listing entry {score (the view's
@@ -69,7 +71,11 @@ if w.line == 'enter' then
 elseif w.line == 'leave' then
   redis.call('ZREM', KEYS[9], w.job)
 end
-redis.call('HSET', KEYS[2], 'state', ARGV[2], 'last_id', last)
+local view = {'state', ARGV[2], 'last_id', last}
+for _, item in ipairs(w.runs or {}) do
+  view[#view + 1] = item
+end
+redis.call('HSET', KEYS[2], unpack(view))
 if ARGV[3] ~= '' then
   redis.call('HSET', KEYS[2], 'board', ARGV[3])
 end
