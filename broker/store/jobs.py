@@ -64,9 +64,12 @@ class JobStore:
         hold_ms: int = 2_400_000,
         durability: Durability | None = None,
         packed: bool | None = None,
+        delta_retention_ms: int = 0,
     ) -> None:
-        """`packed`: pin whether relayed Hermes events are stored packed (None: the store's switch decides)."""
+        """`packed`: pin whether relayed Hermes events are stored packed (None: the store's switch decides);
+        `delta_retention_ms`: RUNS_DELTA_RETENTION (0: a job keeps its deltas as long as the rest)."""
         self._redis = redis
+        self._delta_retention_ms = delta_retention_ms
         self._entries = Entries(redis)
         self.format = EventFormat(redis, packed)
         self._scripts = Scripts(redis, durability)
@@ -163,6 +166,8 @@ class JobStore:
         ends = view.status.terminal and not (before and before.status.terminal)
         if ends:
             write["expire"] = "1"  # retention runs from the job's end, never while it lives (SPEC S3.6)
+            if 0 < self._delta_retention_ms < self._retention_ms:  # deltas serve live readers (S3.6)
+                write["deltas"] = str(view.updated_at_ms + self._delta_retention_ms)
         if expected == "$new" or ends:
             write["compact"] = "1"  # the stream goes quiet: give back Redis's reserve at its end
         state, report = b"", b""
@@ -277,6 +282,7 @@ def _partition_write_keys(partition: int) -> tuple[str, ...]:
         keys.runs(partition),
         keys.scratch(partition),
         *(keys.runs_index(partition, status.value) for status in JobStatus),
+        keys.deltas(partition),
     )
 
 

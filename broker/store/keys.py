@@ -12,7 +12,8 @@ hbr:{pN}:J:events            stream  the job's events, field `e` = JSON; id = SS
                                                                                        terminal write; job write
 hbr:{pN}:J:view              hash    `state` = view JSON, `last_id` = id folded to,    as the events; job write
                                      `run:<attempt>` = the attempt's Hermes run id
-                                     (what packed events leave out, broker/codec.py)
+                                     (what packed events leave out, broker/codec.py),
+                                     `deltas_removed` = entries removed (S3.6)
 hbr:{pN}:J:lease             string  run lease token                                   RUNS_LEASE; driver
 hbr:{pN}:J:board             hash    latest board report, pending and acked versions   until expiry; job write
 hbr:{pN}:due                 zset    job id -> epoch ms of its next wake-up (memory)   none; job write, driver
@@ -22,6 +23,8 @@ hbr:{pN}:board:due           zset    job id -> when a coalesced refresh is due  
 hbr:{pN}:board:index         zset    job id -> sourceActivityAt + HERMES_TTL           none; job write
 hbr:{pN}:runs                zset    job id -> updated_at ms: the listing (S3.9)        past RUNS_RETENTION; job write
 hbr:{pN}:runs:<status>       zset    the same, one per job status (the status filter)  past RUNS_RETENTION; job write
+hbr:{pN}:deltas              zset    finished job id -> when its deltas are removed    none; terminal job write,
+                                     (RUNS_DELTA_RETENTION after its end, S3.6)        delta sweep (each replica)
 hbr:{pN}:scratch             stream  a job stream's compacted copy, renamed over it    exists only inside a job write
 hbr:{work}                   stream  doorbells (hints): `line` / `job`; group drivers   acked+deleted; after writes
 hbr:{board}:bell             stream  cluster only: a board version was written (hint)  ~1000; after job writes
@@ -138,6 +141,11 @@ def runs(partition: int) -> str:
 def runs_index(partition: int, status: str) -> str:
     """The listing index of the partition's jobs in one status (SPEC S3.9)."""
     return f"{runs(partition)}:{status}"
+
+
+def deltas(partition: int) -> str:
+    """Finished jobs of the partition whose message deltas are still stored -> when they are removed (S3.6)."""
+    return f"{_tag(partition)}:deltas"
 
 
 def scratch(partition: int) -> str:

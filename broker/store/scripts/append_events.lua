@@ -7,7 +7,8 @@
 -- KEYS[10] partition listing index of every job   KEYS[11] partition scratch key (compaction)
 -- KEYS[12..11+w.statuses] partition listing index of each job status
 --   (one slot: every key above carries the job's partition tag {pN})
--- KEYS[12+w.statuses] work stream: only on a single Redis (with `ring`), where the doorbell costs no round
+-- KEYS[12+w.statuses] partition delta schedule zset (finished job -> when its deltas are removed)
+-- KEYS[13+w.statuses] work stream: only on a single Redis (with `ring`), where the doorbell costs no round
 --   trip of its own; on a cluster it is another slot, and the caller rings it after the script
 -- ARGV[1] the write, a JSON object of strings:
 --   job        the job id
@@ -29,6 +30,7 @@
 --   place      with 'enter': its score in the line
 --   joined     with 'enter': {channel, message}: published so every replica's next admission pass reads
 --              the job's partition (broker/store/signals.py; PUBLISH names no key)
+--   deltas     present (with `expire`): when the job's message deltas are removed (epoch ms, S3.6)
 --   runs       present: [field, run id, ...] of the view hash: the Hermes run id of each attempt accepted
 --              in this write or whose events it stores packed (broker/codec.py: they leave it out)
 --   board      present: a new board version {at, change ('1' = state change), expire (epoch ms),
@@ -89,8 +91,11 @@ if w.due then
   redis.call('ZADD', KEYS[4], w.due, w.job)
 end
 local last_status = 11 + tonumber(w.statuses)
-if w.ring and KEYS[last_status + 1] then
-  redis.call('XADD', KEYS[last_status + 1], 'MAXLEN', '~', 100000, '*', w.ring, w.job)
+if w.deltas then
+  redis.call('ZADD', KEYS[last_status + 1], w.deltas, w.job)
+end
+if w.ring and KEYS[last_status + 2] then
+  redis.call('XADD', KEYS[last_status + 2], 'MAXLEN', '~', 100000, '*', w.ring, w.job)
 end
 
 local x = w.index

@@ -39,7 +39,7 @@ async def test_a_held_and_a_running_job_outlive_the_retention(
 ) -> None:
     # Given a tiny retention, a job held by a busy Hermes and a job whose run goes on for a long time
     replica = await make_replica(runs_retention_ms=RETENTION_MS)
-    running = (await create(replica, {"input": "long sleep:30"}))["run_id"]
+    running = (await create(replica, {"input": "long sleep:6"}))["run_id"]
 
     async def is_running() -> bool:
         return (await job(replica, running))["status"] == "running"
