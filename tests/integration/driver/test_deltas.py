@@ -76,6 +76,8 @@ async def test_deltas_go_after_the_window_and_nothing_else_changes(make_replica:
     before = await _state(redis, replica, job_id)
     deltas = [entry_id for entry_id, data in before_frames if _is_delta(data)]
     assert len(deltas) == 120
+    raw = [fields[keys.EVENT_FIELD] for entry_id, fields in await redis.xrange(keys.events(job_id))]
+    assert sum(entry.startswith("[") for entry in raw) == 120 + 6 + 1  # deltas, tools and reasoning are packed
     memory = await redis.memory_usage(keys.events(job_id))
     last_id = (await redis.xinfo_stream(keys.events(job_id)))["last-generated-id"]
 
