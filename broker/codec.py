@@ -24,8 +24,9 @@ and a client resuming elsewhere would not get them back (its last id is past the
 that, because the old decoder requires `job_id`, `hermes_run_id` and `attempt` in every entry, and those are
 what packing leaves out. So packing is a store-wide switch (`broker/store/entries.py`, key `hbr:format`):
 off on a store an older broker has written, until `python scripts/event_format.py packed` says every replica
-reads packed entries (after the rollout); on from the start on a store no broker has used yet. Full entries,
-old or new, always read the same."""
+reads packed entries (after the rollout); on from the start on a store no broker has used yet and on the
+embedded Redis (one broker only), unless an operator pinned it `full`. Full entries, old or new, always read
+the same."""
 
 from __future__ import annotations
 

@@ -108,8 +108,9 @@ def _redis_context(url: str | None) -> Callable[[web.Application], AsyncIterator
             found = await legacy_keys(redis)
             if found:
                 raise LegacyLayout(found, MIGRATION_COMMAND)
-            if await settle_fresh_store(redis):  # before the work stream exists: it marks a used store
-                log.info("Storing relayed events packed: no broker has used this store before.")
+            # before the work stream exists: it marks a store a broker has used
+            if await settle_fresh_store(redis, only_replica=config.redis_url is None):
+                log.info("Storing relayed events packed: no other broker reads this store.")
             await work.ensure_group(redis)
         except BaseException:
             await redis.aclose()

@@ -111,18 +111,16 @@ class EventFormat:
         return self._packed
 
 
-async def settle_fresh_store(redis: Redis) -> bool:
-    """At startup, before anything else is written: a store no broker has used yet (no work stream) packs from
-    the start (no older replica can read it). True when this call switched packing on."""
-    if await redis.exists(keys.WORK):
+async def settle_fresh_store(redis: Redis, *, only_replica: bool = False) -> bool:
+    """At startup, before anything else is written, when nobody decided yet: a store no broker has used (no work
+    stream), or one only this replica can reach (the embedded Redis), packs from now on: no older replica reads
+    it. True when this call switched packing on."""
+    if not only_replica and await redis.exists(keys.WORK):
         return False
     return bool(await redis.set(keys.EVENT_FORMAT, keys.PACKED, nx=True))
 
 
 async def set_format(redis: Redis, packed: bool) -> None:
-    """scripts/event_format.py: switch packing on (every replica reads packed entries) or off (before a
+    """scripts/event_format.py: switch packing on (every replica reads packed entries) or pin it off (before a
     rollback to a broker that does not)."""
-    if packed:
-        await redis.set(keys.EVENT_FORMAT, keys.PACKED)
-    else:
-        await redis.delete(keys.EVENT_FORMAT)
+    await redis.set(keys.EVENT_FORMAT, keys.PACKED if packed else keys.FULL)

@@ -29,7 +29,8 @@ hbr:{pN}:scratch             stream  a job stream's compacted copy, renamed over
 hbr:{work}                   stream  doorbells (hints): `line` / `job`; group drivers   acked+deleted; after writes
 hbr:{board}:bell             stream  cluster only: a board version was written (hint)  ~1000; after job writes
 hbr:format                   string  `packed`: replicas may write packed events         none; startup of a fresh
-                                     (broker/codec.py; absent: full events only)       store, event_format.py
+                                     (broker/codec.py); `full` or absent: they do not  or embedded store,
+                                                                                       event_format.py
 hbr:lock:<name>              string  token-owned locks                                 lock TTL; sender, reconciler
   hbr:lock:board:<J>         one board key's deliveries                                longest delivery; sender
   hbr:lock:board:reconcile   one reconciliation pass per interval                      BOARD_RECONCILE_INTERVAL
@@ -156,6 +157,7 @@ def scratch(partition: int) -> str:
 #: Whether replicas may write packed events (broker/codec.py, broker/store/entries.py).
 EVENT_FORMAT = f"{PREFIX}:format"
 PACKED = "packed"
+FULL = "full"  #: pinned off by an operator (absent: not decided, also off)
 
 
 def run_field(attempt: int) -> str:

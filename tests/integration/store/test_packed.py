@@ -150,6 +150,12 @@ async def test_packing_is_on_for_a_fresh_store_and_off_for_a_used_one_until_swit
     assert all(entry.startswith("{") for entry in await _raw(redis))
     await set_format(redis, packed=True)
     assert await EventFormat(redis).packed() is True
+    # An operator's pin wins over a startup, even on the embedded Redis (one broker only, else packed)
+    await set_format(redis, packed=False)
+    assert await settle_fresh_store(redis, only_replica=True) is False
+    assert await EventFormat(redis).packed() is False
+    await redis.delete(keys.EVENT_FORMAT)
+    assert await settle_fresh_store(redis, only_replica=True) is True
 
 
 # -- today's main (ff28a16) reading what this version stores --------------------------------------------------
@@ -228,4 +234,4 @@ async def test_the_operator_switches_packing_with_one_command(redis: Redis, redi
     assert command("packed") == {"packed": True}
     assert await redis.get(keys.EVENT_FORMAT) == keys.PACKED
     assert command("full") == {"packed": False}
-    assert await redis.get(keys.EVENT_FORMAT) is None
+    assert await redis.get(keys.EVENT_FORMAT) == keys.FULL
