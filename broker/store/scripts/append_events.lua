@@ -101,8 +101,9 @@ end
 local x = w.index
 if x then
   -- The listing (SPEC S3.9): the job under its latest change in the all-jobs index and in the index of
-  -- its status, out of its previous status's index. Entries past the retention of this write's time are
-  -- trimmed from the indexes a job enters (their jobs have expired; the reader skips them too).
+  -- its status, out of its previous status's index. When a job ends, finished jobs of its status whose
+  -- retention has passed (they have expired; the reader skips them too) leave that index and the all-jobs
+  -- index; nothing else is trimmed by age: a job that waits or runs never expires (SPEC S3.6).
   local target, from = nil, nil
   for i = 12, last_status do
     if KEYS[i] == x.key then
@@ -117,12 +118,13 @@ if x then
   end
   redis.call('ZADD', KEYS[10], x.score, w.job)
   redis.call('ZADD', target, x.score, w.job)
-  if w.expect == '$new' or from then
-    local expired = '(' .. (tonumber(x.score) - tonumber(w.retention))
-    if w.expect == '$new' then
-      redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', expired)
+  if w.expire then
+    local floor = '(' .. (tonumber(x.score) - tonumber(w.retention))
+    local expired = redis.call('ZRANGEBYSCORE', target, '-inf', floor, 'LIMIT', 0, 100)
+    if #expired > 0 then
+      redis.call('ZREM', target, unpack(expired))
+      redis.call('ZREM', KEYS[10], unpack(expired))
     end
-    redis.call('ZREMRANGEBYSCORE', target, '-inf', expired)
   end
 end
 

@@ -24,8 +24,8 @@ async def _status(client: TestClient[Any, Any], job_id: str) -> int:
     return (await client.get(f"/v1/runs/{job_id}")).status
 
 
-async def _listed(client: TestClient[Any, Any]) -> list[str]:
-    answer = await client.get("/v1/runs")
+async def _listed(client: TestClient[Any, Any], status: str = "") -> list[str]:
+    answer = await client.get("/v1/runs", params={"status": status} if status else {})
     assert answer.status == 200
     return [item["run_id"] for item in (await answer.json())["data"]]
 
@@ -60,6 +60,11 @@ async def test_a_held_and_a_running_job_outlive_the_retention(
         assert await _ttls(redis, job_id) == (-1, -1)
     assert (await job(replica, running))["status"] == "running"
     assert (await job(replica, held))["status"] == "queued"
+    # And they stay listed, with or without a status filter (a create or an end trims only finished jobs)
+    ended = (await create(replica, {"input": "ends"}))["run_id"]
+    assert (await replica.post(f"/v1/runs/{ended}/stop")).status == 200
+    assert {running, held} <= set(await _listed(replica))
+    assert running in await _listed(replica, "running") and held in await _listed(replica, "queued")
 
 
 async def test_a_finished_job_expires_after_the_retention_with_its_key_and_listing(
