@@ -38,13 +38,13 @@ class Entries:
         if not any(isinstance(item, Packed) for _, item in read):
             return cast(list[tuple[str, JobEvent]], read)
         runs: dict[int, str] = {}
-        missing = {
-            item.attempt
-            for _, item in read
-            if isinstance(item, Packed)
-            and (job_id, item.attempt) not in self._runs
-            and not _accepted_before(read, item)
-        }
+        accepted: set[int] = set()
+        missing: set[int] = set()
+        for _, item in read:  # the attempts neither the entries before them nor the cache name the run of
+            if isinstance(item, RunAccepted):
+                accepted.add(item.attempt)
+            elif isinstance(item, Packed) and item.attempt not in accepted and (job_id, item.attempt) not in self._runs:
+                missing.add(item.attempt)
         if missing:
             runs = await self._lookup(job_id, missing, known)
         events: list[tuple[str, JobEvent]] = []
@@ -80,15 +80,6 @@ class Entries:
         self._runs.move_to_end((job_id, attempt))
         if len(self._runs) > CACHED_RUNS:
             self._runs.popitem(last=False)
-
-
-def _accepted_before(read: list[tuple[str, JobEvent | Packed]], packed: Packed) -> bool:
-    for _, item in read:
-        if item is packed:
-            return False
-        if isinstance(item, RunAccepted) and item.attempt == packed.attempt:
-            return True
-    return False
 
 
 class EventFormat:
