@@ -29,6 +29,7 @@ from broker.events import (
 from broker.http.hub import frames
 from broker.rebuild import RebuildSettings, compare
 from broker.store import keys
+from broker.store.deltas import DeltaSchedule
 from broker.store.entries import EventFormat, set_format, settle_fresh_store
 from broker.store.jobs import JobStore
 from broker.store.rebuild import RebuildStore
@@ -156,6 +157,26 @@ async def test_packing_is_on_for_a_fresh_store_and_off_for_a_used_one_until_swit
     assert await EventFormat(redis).packed() is False
     await redis.delete(keys.EVENT_FORMAT)
     assert await settle_fresh_store(redis, only_replica=True) is True
+
+
+@pytest.mark.parametrize("packed", [False, True])
+async def test_deltas_are_removed_from_full_and_packed_streams_alike(redis: Redis, packed: bool) -> None:
+    # Given a finished job stored in full (as today's main stores it) or packed, its deltas due for removal
+    ids = await _write(JobStore(redis, retention_ms=60_000, packed=packed))
+    history = [event for batch in _history() for event in batch]
+    await redis.zadd(keys.deltas(keys.partition_of(JOB)), {JOB: 1})
+    # When a replica's sweep runs
+    removed = await DeltaSchedule(redis).remove(await DeltaSchedule(redis).due(2), 2)
+    # Then exactly the deltas of both attempts are gone; every other event reads as before, under its own id
+    kept = [
+        (i, e)
+        for i, e in zip(ids, history, strict=True)
+        if not (isinstance(e, HermesEventRecorded) and e.name == "message.delta")
+    ]
+    assert removed == [len(history) - len(kept)] == [80]
+    assert await JobStore(redis, retention_ms=60_000).read(JOB) == kept
+    assert (await redis.xinfo_stream(keys.events(JOB)))["last-generated-id"] == ids[-1]
+    assert await redis.hget(keys.view(JOB), "deltas_removed") == "80"
 
 
 # -- today's main (ff28a16) reading what this version stores --------------------------------------------------
