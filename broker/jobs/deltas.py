@@ -4,7 +4,6 @@ ended. Two replicas may look at the same due job; its script runs once (it takes
 from __future__ import annotations
 
 import asyncio
-from contextlib import suppress
 
 from broker.clock import Clock
 from broker.logging import get_logger
@@ -46,13 +45,11 @@ class DeltaSweep:
 
     async def _run(self) -> None:
         while True:
-            with suppress(Exception):
-                try:
-                    await self.sweep()
-                except Exception as error:  # the loop guard: log, and look again next time
-                    if is_outage(error):
-                        self._log.warning("Lost Redis in the delta sweep.", extra={"error": outage_name(error)})
-                    else:
-                        self._log.error("The delta sweep failed.", exc_info=True, extra={"error": repr(error)})
-                    raise
+            try:
+                await self.sweep()
+            except Exception as error:  # the loop guard: log, and look again next time
+                if is_outage(error):
+                    self._log.warning("Lost Redis in the delta sweep.", extra={"error": outage_name(error)})
+                else:
+                    self._log.error("The delta sweep failed.", exc_info=True, extra={"error": repr(error)})
             await asyncio.sleep(self._every_s)
