@@ -45,6 +45,7 @@ class Config:
     runs_lease_ms: int = 15_000
     runs_event_block_ms: int = 15_000
     runs_retention_ms: int = 604_800_000
+    runs_delta_retention_ms: int = 3_600_000  #: 0: a finished job keeps its deltas as long as the rest
     runs_events_maxlen: int = 100_000
     runs_proxy_enabled: bool = False
     runs_approval_allow_always: bool = False
@@ -228,6 +229,7 @@ _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "RUNS_LEASE": ("runs_lease_ms", _integer(300)),
     "RUNS_EVENT_BLOCK": ("runs_event_block_ms", _integer(1)),
     "RUNS_RETENTION": ("runs_retention_ms", _integer(1)),
+    "RUNS_DELTA_RETENTION": ("runs_delta_retention_ms", _integer(0)),
     "RUNS_EVENTS_MAXLEN": ("runs_events_maxlen", _integer(1)),
     "RUNS_PROXY_ENABLED": ("runs_proxy_enabled", _boolean),
     "RUNS_APPROVAL_ALLOW_ALWAYS": ("runs_approval_allow_always", _boolean),

@@ -17,6 +17,8 @@ from broker.board.projector import BoardSettings, board_write
 from broker.clock import Clock
 from broker.codec import decode_board, decode_view, encode_board, encode_view, view_codec
 from broker.config import Config
+from broker.events import RunAccepted
+from broker.store import keys
 from broker.store.jobs import BoardWrite
 from broker.store.rebuild import RebuildStore, Replacement, StoredJob
 from projections import job as job_projection
@@ -57,6 +59,9 @@ def compare(stored: StoredJob, settings: RebuildSettings, now_ms: int) -> Findin
     """Pure: what differs between the stored projections and the fold of the stream; None when nothing."""
     events = [event for _, event in stored.history]
     view = job_projection.fold(events)
+    removed = stored.view.get("deltas_removed", "")
+    if view is not None and removed.isdigit():  # the job's deltas were removed after it ended (SPEC S3.6)
+        view = evolve(view, event_count=view.event_count + int(removed))
     if view is None or stored.last_id is None:
         return Finding(stored.job_id, {"stream": "holds no JobCreated: nothing to rebuild"}, None)
     found: dict[str, object] = {}
@@ -79,6 +84,9 @@ def compare(stored: StoredJob, settings: RebuildSettings, now_ms: int) -> Findin
         view=encode_view(view),
         board_state=board_state,
         board=board,
+        runs=tuple(
+            (keys.run_field(event.attempt), event.hermes_run_id) for event in events if isinstance(event, RunAccepted)
+        ),
     )
     return Finding(stored.job_id, found, replacement)
 

@@ -37,6 +37,7 @@ from broker.http.appkeys import (
 )
 from broker.http.errors import Handler, error_middleware
 from broker.http.protocol import envelope_protocol_errors
+from broker.jobs.deltas import SWEEP_S, DeltaSweep
 from broker.jobs.service import JobService
 from broker.jobs.writer import Writer
 from broker.logging import get_logger
@@ -44,7 +45,9 @@ from broker.metrics import Metrics
 from broker.store import work
 from broker.store.admission import AdmissionStore, Pacing
 from broker.store.connection import connect
+from broker.store.deltas import DeltaSchedule
 from broker.store.durability import Durability
+from broker.store.entries import settle_fresh_store
 from broker.store.jobs import JobStore
 from broker.store.leases import Leases
 from broker.store.migrate import MIGRATION_COMMAND, legacy_keys
@@ -79,6 +82,8 @@ def create_app(
     app.cleanup_ctx.append(_redis_context(redis_url or config.redis_url))
     if drive:
         app.cleanup_ctx.append(_driver_context)
+    if config.runs_delta_retention_ms:
+        app.cleanup_ctx.append(_deltas_context)
     if config.board_enabled:
         app.cleanup_ctx.append(_board_context)
     app.on_cleanup.append(_close_hermes)
@@ -103,6 +108,9 @@ def _redis_context(url: str | None) -> Callable[[web.Application], AsyncIterator
             found = await legacy_keys(redis)
             if found:
                 raise LegacyLayout(found, MIGRATION_COMMAND)
+            # before the work stream exists: it marks a store a broker has used
+            if await settle_fresh_store(redis, only_replica=config.redis_url is None):
+                log.info("Storing relayed events packed: no other broker reads this store.")
             await work.ensure_group(redis)
         except BaseException:
             await redis.aclose()
@@ -111,7 +119,11 @@ def _redis_context(url: str | None) -> Callable[[web.Application], AsyncIterator
         app[redis_key] = redis
         durability = Durability(config.redis_wait_replicas, config.redis_wait_timeout_ms)
         app[store_key] = JobStore(
-            redis, retention_ms=config.runs_retention_ms, hold_ms=config.runs_hold_ms, durability=durability
+            redis,
+            retention_ms=config.runs_retention_ms,
+            hold_ms=config.runs_hold_ms,
+            durability=durability,
+            delta_retention_ms=config.runs_delta_retention_ms,
         )
         app[admission_key] = AdmissionStore(redis, Pacing.from_config(config))
         board = BoardSettings.from_config(config)
@@ -150,6 +162,15 @@ async def _driver_context(app: web.Application) -> AsyncIterator[None]:
     supervisor.start()
     yield
     await drain(app)
+
+
+async def _deltas_context(app: web.Application) -> AsyncIterator[None]:
+    """Every replica sweeps the delta schedules (SPEC S3.6)."""
+    every_s = min(SWEEP_S, app[config_key].runs_delta_retention_ms / 2000)
+    sweep = DeltaSweep(DeltaSchedule(app[redis_key]), app[clock_key], every_s=every_s)
+    sweep.start()
+    yield
+    await sweep.stop()
 
 
 async def _board_context(app: web.Application) -> AsyncIterator[None]:

@@ -15,6 +15,7 @@ FAILURE = "HTTP 400: simulated failure"
 DANGEROUS_COMMAND = "rm -rf /tmp/hermes-simulator-scratch"
 APPROVAL_CHOICES = ("once", "session", "always", "deny")
 UNPACED_BATCH = 64  #: an unpaced `deltas:N` reply yields to the event loop once per this many deltas
+REASONING_CHARS = 500  #: Hermes's reasoning.available repeats the reply's text, at most this much of it
 
 
 @frozen
@@ -113,7 +114,7 @@ async def _reply(run: SimRun, script: Script, settings: Settings) -> None:
             await asyncio.sleep(pause)  # an unpaced `deltas:N` only yields now and then, so other runs stream too
         run.emit("message.delta", delta=("\n\n" if after_tool and index == 0 else "") + part)
     text = "".join(parts)
-    run.emit("reasoning.available", text=text)
+    run.emit("reasoning.available", text=text[:REASONING_CHARS])
     if run.stopping:
         raise asyncio.CancelledError
     calls = script.model_calls

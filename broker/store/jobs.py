@@ -11,12 +11,13 @@ from attrs import frozen
 from redis.asyncio import Redis
 
 from broker.admission.state import line_place
-from broker.codec import decode, decode_board, decode_view, encode, encode_board, encode_view
+from broker.codec import decode, decode_board, decode_view, encode, encode_board, encode_view, pack
 from broker.errors import JobNotFound, LeaseLost, StreamConflict
-from broker.events import JobCreated, JobEvent, JobStatus
+from broker.events import HermesEventRecorded, JobCreated, JobEvent, JobStatus, RunAccepted
 from broker.store import keys, signals
 from broker.store.connection import is_cluster
 from broker.store.durability import Durability
+from broker.store.entries import Entries, EventFormat
 from broker.store.scripts import Scripts, as_strings, ring_work
 from projections.board import BoardState
 from projections.job import JobView, fold
@@ -56,9 +57,21 @@ class JobStore:
     """Reads and writes job streams; every write is one Lua script, one round trip."""
 
     def __init__(
-        self, redis: Redis, *, retention_ms: int, hold_ms: int = 2_400_000, durability: Durability | None = None
+        self,
+        redis: Redis,
+        *,
+        retention_ms: int,
+        hold_ms: int = 2_400_000,
+        durability: Durability | None = None,
+        packed: bool | None = None,
+        delta_retention_ms: int = 0,
     ) -> None:
+        """`packed`: pin whether relayed Hermes events are stored packed (None: the store's switch decides);
+        `delta_retention_ms`: RUNS_DELTA_RETENTION (0: a job keeps its deltas as long as the rest)."""
         self._redis = redis
+        self._delta_retention_ms = delta_retention_ms
+        self._entries = Entries(redis)
+        self.format = EventFormat(redis, packed)
         self._scripts = Scripts(redis, durability)
         self._cluster = is_cluster(redis)
         self._retention_ms = retention_ms
@@ -150,7 +163,12 @@ class JobStore:
             write["joined"] = {"channel": keys.SIGNALS, "message": signals.joined_message(job_id)}
         elif view.status.terminal:
             write["line"] = "leave"
-        if expected == "$new" or (view.status.terminal and not (before and before.status.terminal)):
+        ends = view.status.terminal and not (before and before.status.terminal)
+        if ends:
+            write["expire"] = "1"  # retention runs from the job's end, never while it lives (SPEC S3.6)
+            if 0 < self._delta_retention_ms < self._retention_ms:  # deltas serve live readers (S3.6)
+                write["deltas"] = str(view.updated_at_ms + self._delta_retention_ms)
+        if expected == "$new" or ends:
             write["compact"] = "1"  # the stream goes quiet: give back Redis's reserve at its end
         state, report = b"", b""
         if board is not None:
@@ -163,12 +181,37 @@ class JobStore:
                     "refresh": str(board.refresh_ms),
                     "now": str(board.now_ms),
                 }
+        stored = await self._stored(job_id, events, view)
+        runs = {
+            keys.run_field(event.attempt): event.hermes_run_id
+            for event, data in zip(events, stored, strict=True)
+            if isinstance(event, RunAccepted) or (isinstance(event, HermesEventRecorded) and data.startswith(b"["))
+        }
+        if runs:  # what packed entries leave out, kept once in the view hash (broker/store/entries.py)
+            write["runs"] = [item for field_run in runs.items() for item in field_run]
         reply = await self._scripts.run(
             self._scripts.append_events,
             keys=[*_write_keys(job_id), *([] if self._cluster else [keys.WORK])],
-            args=[orjson.dumps(write), encode_view(view), state, report, *(encode(event) for event in events)],
+            args=[orjson.dumps(write), encode_view(view), state, report, *stored],
         )
         return as_strings(reply)
+
+    async def _stored(self, job_id: str, events: Sequence[JobEvent], view: JobView) -> list[bytes]:
+        """The entries of `events`: relayed Hermes events of the job's accepted run packed (broker/codec.py) when
+        the store's switch allows it, everything else in full."""
+        packing = await self.format.packed() and view.hermes_run_id is not None
+        stored: list[bytes] = []
+        for event in events:
+            data = None
+            if (
+                packing
+                and isinstance(event, HermesEventRecorded)
+                and (event.job_id, event.attempt, event.hermes_run_id)
+                == (job_id, view.accepted_attempt, view.hermes_run_id)
+            ):
+                data = pack(event)
+            stored.append(data or encode(event))
+        return stored
 
     async def _ring_board(self, job_id: str, board: BoardWrite | None) -> None:
         """On a cluster the board senders poll the 64 outboxes; a new version wakes them at once (a hint)."""
@@ -214,7 +257,7 @@ class JobStore:
     async def read(self, job_id: str, after: str = START, count: int | None = None) -> list[tuple[str, JobEvent]]:
         """Events strictly after `after`, oldest first."""
         entries = await self._redis.xrange(keys.events(job_id), min=f"({after}", max="+", count=count)
-        return [(entry_id, decode(fields[keys.EVENT_FIELD])) for entry_id, fields in _entries(entries)]
+        return await self._entries.events(job_id, _entries(entries))
 
     async def job_ids(self) -> AsyncIterator[str]:
         """Every stored job (SCAN over event streams): for tools such as the projection rebuild."""
@@ -250,6 +293,7 @@ def _partition_write_keys(partition: int) -> tuple[str, ...]:
         keys.runs(partition),
         keys.scratch(partition),
         *(keys.runs_index(partition, status.value) for status in JobStatus),
+        keys.deltas(partition),
     )
 
 

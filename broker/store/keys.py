@@ -7,8 +7,13 @@ one hash slot, and the partitions spread the jobs over every master of a cluster
 The same layout serves a single Redis: there the partitions cost a few more keys.
 
 key                          type    holds                                             TTL / writer
-hbr:{pN}:J:events            stream  the job's events, field `e` = JSON; id = SSE id   RUNS_RETENTION; job write
-hbr:{pN}:J:view              hash    `state` = view JSON, `last_id` = id folded to     RUNS_RETENTION; job write
+hbr:{pN}:J:events            stream  the job's events, field `e` = JSON; id = SSE id   none while the job lives,
+                                                                                       RUNS_RETENTION from its
+                                                                                       terminal write; job write
+hbr:{pN}:J:view              hash    `state` = view JSON, `last_id` = id folded to,    as the events; job write
+                                     `run:<attempt>` = the attempt's Hermes run id
+                                     (what packed events leave out, broker/codec.py),
+                                     `deltas_removed` = entries removed (S3.6)
 hbr:{pN}:J:lease             string  run lease token                                   RUNS_LEASE; driver
 hbr:{pN}:J:board             hash    latest board report, pending and acked versions   until expiry; job write
 hbr:{pN}:due                 zset    job id -> epoch ms of its next wake-up (memory)   none; job write, driver
@@ -18,9 +23,14 @@ hbr:{pN}:board:due           zset    job id -> when a coalesced refresh is due  
 hbr:{pN}:board:index         zset    job id -> sourceActivityAt + HERMES_TTL           none; job write
 hbr:{pN}:runs                zset    job id -> updated_at ms: the listing (S3.9)        past RUNS_RETENTION; job write
 hbr:{pN}:runs:<status>       zset    the same, one per job status (the status filter)  past RUNS_RETENTION; job write
+hbr:{pN}:deltas              zset    finished job id -> when its deltas are removed    none; terminal job write,
+                                     (RUNS_DELTA_RETENTION after its end, S3.6)        delta sweep (each replica)
 hbr:{pN}:scratch             stream  a job stream's compacted copy, renamed over it    exists only inside a job write
 hbr:{work}                   stream  doorbells (hints): `line` / `job`; group drivers   acked+deleted; after writes
 hbr:{board}:bell             stream  cluster only: a board version was written (hint)  ~1000; after job writes
+hbr:format                   string  `packed`: replicas may write packed events         none; startup of a fresh
+                                     (broker/codec.py); `full` or absent: they do not  or embedded store,
+                                                                                       event_format.py
 hbr:lock:<name>              string  token-owned locks                                 lock TTL; sender, reconciler
   hbr:lock:board:<J>         one board key's deliveries                                longest delivery; sender
   hbr:lock:board:reconcile   one reconciliation pass per interval                      BOARD_RECONCILE_INTERVAL
@@ -134,9 +144,25 @@ def runs_index(partition: int, status: str) -> str:
     return f"{runs(partition)}:{status}"
 
 
+def deltas(partition: int) -> str:
+    """Finished jobs of the partition whose message deltas are still stored -> when they are removed (S3.6)."""
+    return f"{_tag(partition)}:deltas"
+
+
 def scratch(partition: int) -> str:
     """Where the job write copies a job stream to compact it; renamed over the stream in the same script."""
     return f"{_tag(partition)}:scratch"
+
+
+#: Whether replicas may write packed events (broker/codec.py, broker/store/entries.py).
+EVENT_FORMAT = f"{PREFIX}:format"
+PACKED = "packed"
+FULL = "full"  #: pinned off by an operator (absent: not decided, also off)
+
+
+def run_field(attempt: int) -> str:
+    """The field of a job's view hash holding the Hermes run id of `attempt` (read for packed events)."""
+    return f"run:{attempt}"
 
 
 def lock(name: str) -> str:

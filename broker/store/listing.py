@@ -46,22 +46,27 @@ class Listing:
 
     async def page(self, statuses: Sequence[JobStatus] | None, limit: int, after: Position | None, now_ms: int) -> Page:
         """Up to `limit` jobs strictly below `after` (from the top when None), in one of `statuses` (any)."""
+        # Entries of finished jobs older than the retention belong to expired jobs (trimmed when a job of the
+        # same status ends); a job that waits or runs never expires, whatever its age (SPEC S3.6).
+        floor = now_ms - self._retention_ms
         index_keys = [
-            key
+            (key, key_floor)
             for partition in keys.partitions()
-            for key in (
-                [keys.runs(partition)]
+            for key, key_floor in (
+                [(keys.runs(partition), "-inf")]
                 if not statuses
-                else [keys.runs_index(partition, status.value) for status in statuses]
+                else [
+                    (keys.runs_index(partition, status.value), floor if status.terminal else "-inf")
+                    for status in statuses
+                ]
             )
         ]
         wanted = set(statuses or JobStatus)
-        floor = now_ms - self._retention_ms  # older entries belong to expired jobs
         jobs: list[JobView] = []
         position, last_shown = after, after
         while True:
             batch = limit + 1 - len(jobs)
-            candidates, more = await self._candidates(index_keys, position, batch, floor)
+            candidates, more = await self._candidates(index_keys, position, batch)
             views = await self._views([job_id for _, job_id in candidates])
             for (score, job_id), view in zip(candidates, views, strict=True):
                 position = Position(score, job_id)
@@ -75,12 +80,13 @@ class Listing:
                 return Page(jobs, None)
 
     async def _candidates(
-        self, index_keys: list[str], below: Position | None, count: int, floor: int
+        self, index_keys: list[tuple[str, int | str]], below: Position | None, count: int
     ) -> tuple[list[tuple[int, str]], bool]:
-        """The next `count` entries below `below` over all `index_keys`, merged; and whether more may follow."""
+        """The next `count` entries below `below` over all `(index key, lowest score)`, merged; and whether more
+        may follow."""
         # one snapshot of every index on a single Redis; a cluster reads each partition as it stands
         async with self._redis.pipeline(transaction=not is_cluster(self._redis)) as pipe:
-            for key in index_keys:
+            for key, floor in index_keys:
                 if below is None:
                     pipe.zrange(key, "+inf", floor, desc=True, byscore=True, offset=0, num=count, withscores=True)
                 else:  # the ties of the cursor's ms (few), then strictly lower scores

@@ -18,9 +18,9 @@ from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.connection import AbstractConnection, Connection
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
-from broker.codec import decode
 from broker.events import JobEvent
 from broker.store import keys
+from broker.store.entries import Entries as EntryReader
 
 Entries = list[tuple[str, JobEvent]]
 
@@ -33,6 +33,7 @@ class LiveReader:
     def __init__(self, redis: Redis, *, route: str | None = None) -> None:
         self._redis = redis
         self._route = route  #: on a cluster: a key of the slot every stream read here lives in
+        self._entries = EntryReader(redis)
         self._node: ClusterNode | None = None
         self._connection: AbstractConnection | None = None
         self.client_id: int | None = None  #: CLIENT ID of the reader's connection (None while disconnected)
@@ -45,13 +46,11 @@ class LiveReader:
             "XREAD", "COUNT", count, "BLOCK", block_ms, "STREAMS", *streams, *(cursor for _, cursor in cursors)
         )
         reply = await connection.read_response(timeout=block_ms / 1000 + 10)
-        return [
-            (
-                keys.job_id_of(key) or "",
-                [(entry_id, decode(fields.get(keys.EVENT_FIELD, ""))) for entry_id, fields in raw],
-            )
-            for key, raw in _stream_entries(reply)
-        ]
+        read = []
+        for key, raw in _stream_entries(reply):
+            job_id = keys.job_id_of(key) or ""
+            read.append((job_id, await self._entries.events(job_id, raw)))
+        return read
 
     async def unblock(self) -> bool:
         """Wake a blocked read; False when none was blocked (yet). Raises UnblockRefused."""

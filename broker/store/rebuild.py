@@ -11,9 +11,9 @@ from typing import cast
 from attrs import frozen
 from redis.asyncio import Redis
 
-from broker.codec import decode
 from broker.events import JobEvent
 from broker.store import keys
+from broker.store.entries import Entries
 from broker.store.jobs import BoardWrite
 from broker.store.scripts import Scripts
 
@@ -42,6 +42,7 @@ class Replacement:
     view: bytes
     board_state: bytes | None = None  #: None: the job has no board state
     board: BoardWrite | None = None  #: the latest version to store; None: leave the board hash alone
+    runs: tuple[tuple[str, str], ...] = ()  #: the view hash's `run:<attempt>` fields (broker/store/entries.py)
 
 
 class RebuildStore:
@@ -57,7 +58,8 @@ class RebuildStore:
             pipe.hgetall(keys.board(job_id))
             entries, view, board = await pipe.execute()
         # redis-py types these loosely; with decode_responses=True they are str pairs and str dicts.
-        history = [(entry_id, decode(fields[keys.EVENT_FIELD])) for entry_id, fields in _entries(entries)]
+        # a read from the start resolves packed entries from the stream itself (broker/store/entries.py)
+        history = await Entries(self._redis).events(job_id, _entries(entries), known=cast(dict[str, str], view))
         return StoredJob(
             job_id=job_id, history=history, view=cast(dict[str, str], view), board=cast(dict[str, str], board)
         )
@@ -91,6 +93,7 @@ class RebuildStore:
                 replacement.board_state or "",
                 job_id,
                 *board_args,
+                *(item for field_run in replacement.runs for item in field_run),
             ],
         )
         return cast(int, replaced) == 1

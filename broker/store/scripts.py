@@ -31,6 +31,7 @@ NAMES = (
     "release_lease",
     "promote_due",
     "replace_view",
+    "remove_deltas",
     "admission_admit",
     "admission_accepted",
     "admission_refused",
@@ -65,6 +66,7 @@ class Scripts:
         self.release_lease: AsyncScript = redis.register_script(source("release_lease"))
         self.promote_due: AsyncScript = redis.register_script(source("promote_due"))
         self.replace_view: AsyncScript = redis.register_script(source("replace_view"))
+        self.remove_deltas: AsyncScript = redis.register_script(source("remove_deltas"))
         self.admission_admit: AsyncScript = redis.register_script(source("admission_admit"))
         self.admission_accepted: AsyncScript = redis.register_script(source("admission_accepted"))
         self.admission_refused: AsyncScript = redis.register_script(source("admission_refused"))

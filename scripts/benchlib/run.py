@@ -31,6 +31,7 @@ class Plan:
     idle_clients: int
     memory_jobs: int
     memory_rounds: int
+    realistic_jobs: int  #: jobs of 1,000 deltas and 10 tool calls in the memory row (issue 21)
     admission_jobs: int
     admission_rounds: int
     refusal_jobs: int  #: 0: skip the refusal and learnt-limit runs
@@ -48,7 +49,7 @@ class Plan:
             relay_runs=64, relay_deltas=3000,
             fanout_subscribers=1000, fanout_events=40, fanout_seconds=3, fanout_lead_s=1.5,
             idle_clients=10_000,
-            memory_jobs=1000, memory_rounds=2,
+            memory_jobs=1000, memory_rounds=2, realistic_jobs=60,
             admission_jobs=100, admission_rounds=2, refusal_jobs=1000, refusal_s=60, drain_timeout_s=75,
             cluster_jobs=1000, cluster_replicas=(1, 2), cluster_concurrencies=(8, 64),
         )  # fmt: skip
@@ -61,7 +62,7 @@ class Plan:
             relay_runs=8, relay_deltas=100,
             fanout_subscribers=50, fanout_events=10, fanout_seconds=1.5, fanout_lead_s=0.8,
             idle_clients=200,
-            memory_jobs=50, memory_rounds=1,
+            memory_jobs=50, memory_rounds=1, realistic_jobs=4,
             admission_jobs=20, admission_rounds=1, refusal_jobs=0, refusal_s=0, drain_timeout_s=0,
             cluster_jobs=60, cluster_replicas=(1,), cluster_concurrencies=(64,),
         )  # fmt: skip

@@ -3,11 +3,10 @@ and Hermes sees one create per attempt key (SPEC S4 leases, takeover, drain)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import redis
 
+from broker.codec import Packed, read_entry
 from broker.store import keys
 from tests.conftest import RedisServer
 from tests.e2e.conftest import BrokerFactory, BrokerProcess, SimulatorProcess, Store, until
@@ -93,6 +92,7 @@ def _events(server: RedisServer, job_id: str) -> list[str]:
     client = redis.Redis.from_url(server.url, decode_responses=True)
     try:
         entries = client.xrange(keys.events(job_id))
-        return [json.loads(fields["e"])["type"] for _, fields in entries]  # type: ignore[index,union-attr]
+        read = [read_entry(fields[keys.EVENT_FIELD], job_id) for _, fields in entries]  # type: ignore[index,union-attr]
+        return ["HermesEventRecorded" if isinstance(item, Packed) else type(item).__name__ for item in read]
     finally:
         client.close()

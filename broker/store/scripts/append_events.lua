@@ -1,19 +1,24 @@
--- The one write of a job: append events, store the views folded up to the last of them, renew
--- retention, keep the admission line, the due schedule and the listing, and persist the board
--- projection with its pending delivery (SPEC S3.6, S3.9, S5.3), atomically.
+-- The one write of a job: append events, store the views folded up to the last of them, start the
+-- retention of a job that ends, keep the admission line, the due schedule and the listing, and persist
+-- the board projection with its pending delivery (SPEC S3.6, S3.9, S5.3), atomically.
 -- KEYS[1] job events   KEYS[2] job view hash   KEYS[3] job lease   KEYS[4] partition due zset
 -- KEYS[5] job board hash   KEYS[6] partition board outbox   KEYS[7] partition board due zset
 -- KEYS[8] partition board index zset   KEYS[9] partition admission line zset
 -- KEYS[10] partition listing index of every job   KEYS[11] partition scratch key (compaction)
 -- KEYS[12..11+w.statuses] partition listing index of each job status
 --   (one slot: every key above carries the job's partition tag {pN})
--- KEYS[12+w.statuses] work stream: only on a single Redis (with `ring`), where the doorbell costs no round
+-- KEYS[12+w.statuses] partition delta schedule zset (finished job -> when its deltas are removed)
+-- KEYS[13+w.statuses] work stream: only on a single Redis (with `ring`), where the doorbell costs no round
 --   trip of its own; on a cluster it is another slot, and the caller rings it after the script
 -- ARGV[1] the write, a JSON object of strings:
 --   job        the job id
 --   expect     '' = do not check, '$new' = create only if the job does not exist, else the expected last id
 --   token      the lease token that fences the write ('' = not fenced)
---   retention  ms every job key lives after this write
+--   retention  ms a finished job's keys live after its terminal write (and its listing entries)
+--   expire     present: the job ends in this write: its stream and view expire `retention` from now.
+--              A job that has not ended has no TTL (SPEC S3.6); a write that moves it in the listing
+--              removes a TTL that a broker before this version gave it (renewed on every append), so
+--              a long job of an older store cannot expire while it runs
 --   statuses   how many status indexes follow KEYS[11]
 --   compact    present: the stream gets no more appends for a while (a create, a terminal write): copy it
 --              and rename the copy over it, which frees the room Redis reserves at the end of a stream's
@@ -25,6 +30,9 @@
 --   place      with 'enter': its score in the line
 --   joined     with 'enter': {channel, message}: published so every replica's next admission pass reads
 --              the job's partition (broker/store/signals.py; PUBLISH names no key)
+--   deltas     present (with `expire`): when the job's message deltas are removed (epoch ms, S3.6)
+--   runs       present: [field, run id, ...] of the view hash: the Hermes run id of each attempt accepted
+--              in this write or whose events it stores packed (broker/codec.py: they leave it out)
 --   board      present: a new board version {at, change ('1' = state change), expire (epoch ms),
 --              refresh (ms), now (epoch ms)}
 --   index      present (the job's status or updated_at changed): the listing entry {score (the view's
@@ -65,25 +73,37 @@ if w.line == 'enter' then
 elseif w.line == 'leave' then
   redis.call('ZREM', KEYS[9], w.job)
 end
-redis.call('HSET', KEYS[2], 'state', ARGV[2], 'last_id', last)
+local view = {'state', ARGV[2], 'last_id', last}
+for _, item in ipairs(w.runs or {}) do
+  view[#view + 1] = item
+end
+redis.call('HSET', KEYS[2], unpack(view))
 if ARGV[3] ~= '' then
   redis.call('HSET', KEYS[2], 'board', ARGV[3])
 end
-redis.call('PEXPIRE', KEYS[1], w.retention)
-redis.call('PEXPIRE', KEYS[2], w.retention)
+if w.expire then
+  redis.call('PEXPIRE', KEYS[1], w.retention)
+  redis.call('PEXPIRE', KEYS[2], w.retention)
+elseif w.index and w.expect ~= '$new' and redis.call('PERSIST', KEYS[2]) == 1 then
+  redis.call('PERSIST', KEYS[1])
+end
 if w.due then
   redis.call('ZADD', KEYS[4], w.due, w.job)
 end
 local last_status = 11 + tonumber(w.statuses)
-if w.ring and KEYS[last_status + 1] then
-  redis.call('XADD', KEYS[last_status + 1], 'MAXLEN', '~', 100000, '*', w.ring, w.job)
+if w.deltas then
+  redis.call('ZADD', KEYS[last_status + 1], w.deltas, w.job)
+end
+if w.ring and KEYS[last_status + 2] then
+  redis.call('XADD', KEYS[last_status + 2], 'MAXLEN', '~', 100000, '*', w.ring, w.job)
 end
 
 local x = w.index
 if x then
   -- The listing (SPEC S3.9): the job under its latest change in the all-jobs index and in the index of
-  -- its status, out of its previous status's index. Entries past the retention of this write's time are
-  -- trimmed from the indexes a job enters (their jobs have expired; the reader skips them too).
+  -- its status, out of its previous status's index. When a job ends, finished jobs of its status whose
+  -- retention has passed (they have expired; the reader skips them too) leave that index and the all-jobs
+  -- index; nothing else is trimmed by age: a job that waits or runs never expires (SPEC S3.6).
   local target, from = nil, nil
   for i = 12, last_status do
     if KEYS[i] == x.key then
@@ -98,12 +118,13 @@ if x then
   end
   redis.call('ZADD', KEYS[10], x.score, w.job)
   redis.call('ZADD', target, x.score, w.job)
-  if w.expect == '$new' or from then
-    local expired = '(' .. (tonumber(x.score) - tonumber(w.retention))
-    if w.expect == '$new' then
-      redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', expired)
+  if w.expire then
+    local floor = '(' .. (tonumber(x.score) - tonumber(w.retention))
+    local expired = redis.call('ZRANGEBYSCORE', target, '-inf', floor, 'LIMIT', 0, 100)
+    if #expired > 0 then
+      redis.call('ZREM', target, unpack(expired))
+      redis.call('ZREM', KEYS[10], unpack(expired))
     end
-    redis.call('ZREMRANGEBYSCORE', target, '-inf', expired)
   end
 end
 

@@ -9,6 +9,8 @@
 -- ARGV[6]  latest board report ('' = leave the board hash alone)   ARGV[7] its version at
 -- ARGV[8]  '1' = that version is a state change   ARGV[9] expire at (epoch ms)
 -- ARGV[10] refresh interval ms   ARGV[11] now (epoch ms)
+-- ARGV[12..] field, value pairs of the view hash's `run:<attempt>` fields (each accepted attempt's Hermes
+--          run id, which packed entries leave out)
 -- Returns 1 when replaced, 0 when the job moved on (or its stream is gone).
 local newest = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 if #newest == 0 or newest[1][1] ~= ARGV[1] then
@@ -18,7 +20,7 @@ if (redis.call('HGET', KEYS[2], 'last_id') or '') ~= ARGV[2] then
   return 0
 end
 
-redis.call('HSET', KEYS[2], 'state', ARGV[3], 'last_id', ARGV[1])
+redis.call('HSET', KEYS[2], 'state', ARGV[3], 'last_id', ARGV[1], unpack(ARGV, 12))
 if ARGV[4] ~= '' then
   redis.call('HSET', KEYS[2], 'board', ARGV[4])
 end

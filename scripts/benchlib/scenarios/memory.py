@@ -3,7 +3,10 @@
 idle: N idle SSE clients (10 per job) on one replica, following jobs held while Hermes is busy: the broker's
 RSS (/proc/<pid>/status) and the Redis connections (CLIENT LIST, less the benchmark's own).
 memory: Redis `used_memory` delta per queued job (Hermes busy) and per finished job (`tools:6`: 20 events,
-context, board reports on to a dummy receiver answering 200), each over M jobs.
+context, board reports on to a dummy receiver answering 200), each over M jobs; and per realistic finished job
+(issue 21: `deltas:1000 tools:10`, a reply of 1,000 small deltas after 10 tool calls, board on), while its
+deltas are kept and after the delta window (SPEC S3.6), beside the content it carries: the text of its deltas,
+its output, its reasoning text and its tool previews, as its SSE replay shows them.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import asyncio
 import time
 
 import aiohttp
+import orjson
 
 from benchlib.figures import Row
 from benchlib.load import create_body, gather_limited, post_json
@@ -98,6 +102,65 @@ async def finished_round(services: Services, plan: Plan) -> tuple[float, int]:
     return (after - used) / plan.memory_jobs / 1024, events
 
 
+REALISTIC = "bench memory realistic tools:10 deltas:1000"
+CONTENT_FIELDS = ("delta", "output", "text", "preview")
+
+
+async def realistic_round(services: Services, plan: Plan) -> tuple[float, float, float]:
+    """(KB per realistic finished job with its deltas, KB after the delta window, KB of content per job)."""
+    await services.reset()
+    port = free_port()
+    receiver = f"http://127.0.0.1:{port}"
+    async with services.baseline("receiver.py", {"PORT": str(port)}, health=f"{receiver}/count"):
+        env = {"BOARD_ENABLED": "true", "BOARD_URL": f"{receiver}/", "RUNS_DELTA_RETENTION": "600000"}
+        async with services.brokers(1, env) as (broker,):
+            await asyncio.sleep(SETTLE_S)
+            used = int((await services.r.info("memory"))["used_memory"])
+            async with aiohttp.ClientSession() as session:
+                body = create_body(REALISTIC)
+                created = await gather_limited(8, list(range(plan.realistic_jobs)),
+                                               lambda _: post_json(session, f"{broker.url}/v1/runs", body))  # fmt: skip
+                await sim_settled(services, session, plan.realistic_jobs, timeout_s=300)
+                ids = [str(job["run_id"]) for job in created]
+                await settled_jobs(session, broker.url, ids, timeout_s=120)
+                await delivered(session, receiver)
+                hot = int((await services.r.info("memory"))["used_memory"])
+                content = await replayed_content(session, broker.url, ids[0])
+                await window_passed(services)
+            after = int((await services.r.info("memory"))["used_memory"])
+    jobs = plan.realistic_jobs
+    return (hot - used) / jobs / 1024, (after - used) / jobs / 1024, content / 1024
+
+
+async def replayed_content(session: aiohttp.ClientSession, base: str, job_id: str) -> int:
+    """Bytes of text a client sees in the job's replay: deltas, output, reasoning text, tool previews."""
+    total = 0
+    async with session.get(f"{base}/v1/runs/{job_id}/events") as answer:
+        async for line in answer.content:
+            if line.startswith(b"data: "):
+                document = orjson.loads(line[6:])
+                total += sum(len(str(document.get(name) or "").encode()) for name in CONTENT_FIELDS)
+    return total
+
+
+async def window_passed(services: Services) -> None:
+    """Make every scheduled delta removal due now and wait until the broker's sweep has done them all (a broker
+    without delta schedules keeps its deltas: nothing to wait for)."""
+    schedule = getattr(keys, "deltas", None)
+    if schedule is None:
+        return
+    for partition in keys.partitions():
+        due = await services.r.zrange(schedule(partition), 0, -1)
+        if due:
+            await services.r.zadd(schedule(partition), dict.fromkeys(due, 1), xx=True)
+
+    async def swept() -> bool:
+        return all([await services.r.zcard(schedule(partition)) == 0 for partition in keys.partitions()])
+
+    await wait_until(swept, 60, "the delta sweep")
+    await asyncio.sleep(SETTLE_S)
+
+
 async def delivered(session: aiohttp.ClientSession, receiver: str) -> None:
     """Wait until the receiver's count stops moving for a second (every board delivery is done)."""
     last, since = -1, time.monotonic()
@@ -133,4 +196,14 @@ async def run_memory(services: Services, plan: Plan) -> list[Row]:
         finished.broker.append(per_job)
     queued.note = f"{plan.memory_jobs} jobs, Hermes busy"
     finished.note = f"{plan.memory_jobs} jobs, {events} events each, context, board on"
-    return [queued, finished]
+    hot = Row("memory per realistic finished job, deltas kept", "KB", target="target 100 KB", ideal=100.0)
+    swept = Row("memory per realistic finished job, after the delta window", "KB", target="target 20 KB", ideal=20.0)
+    content = 0.0
+    for _ in range(plan.memory_rounds):
+        with_deltas, without, content = await realistic_round(services, plan)
+        hot.broker.append(with_deltas)
+        swept.broker.append(without)
+    shape = f"{plan.realistic_jobs} jobs of 1,000 deltas and 10 tool calls, board on"
+    hot.note = f"{shape}; content {content:.1f} KB per job (deltas, output, reasoning text, tool previews)"
+    swept.note = f"{shape}; RUNS_DELTA_RETENTION passed (the deltas removed)"
+    return [queued, finished, hot, swept]

@@ -15,6 +15,7 @@ from redis.asyncio import Redis
 from broker.codec import decode, decode_view, encode_view
 from broker.ids import fingerprint, is_job_id, job_id_for_key
 from broker.store import keys
+from broker.store.entries import Entries
 from broker.store.jobs import JobStore
 from projections.job import fold
 from tests.conftest import BOTH_BACKENDS, free_port
@@ -208,7 +209,7 @@ async def _assert_view_is_the_fold(redis: Redis, job_id: str) -> None:
         pipe.hgetall(keys.view(job_id))
         pipe.xrange(keys.events(job_id))
         stored, entries = await pipe.execute()
-    history = [(entry_id, decode(fields[keys.EVENT_FIELD])) for entry_id, fields in entries]
+    history = await Entries(redis).events(job_id, entries, known=stored)  # packed ones too
     assert decode_view(stored["state"]) == fold(event for _, event in history)
     assert stored["last_id"] == history[-1][0]
 
@@ -246,9 +247,12 @@ async def test_a_job_and_its_key_expire_after_retention(
     # Given a replica with a short retention (long enough for a loaded CI machine to look) and a job with a key
     client = await make_client(runs_retention_ms=2_000)
     job = await _create(client, {"input": "x"}, "k-ret")
+    assert await redis.pttl(keys.events(job["run_id"])) == -1  # a job that has not ended never expires
+    # When it ends (a stop of a queued job cancels it at once)
+    assert (await client.post(f"/v1/runs/{job['run_id']}/stop")).status == 200
     assert 0 < await redis.pttl(keys.events(job["run_id"])) <= 2_000
 
-    # When the retention passes, then the job is gone
+    # And the retention passes, then the job is gone
     async def gone() -> bool:
         return (await client.get(f"/v1/runs/{job['run_id']}")).status == 404
 
@@ -260,7 +264,8 @@ async def test_a_job_and_its_key_expire_after_retention(
     assert again["status"] == "queued"
 
 
-async def test_an_append_renews_retention(client: TestClient[Any, Any], redis: Redis) -> None:
+async def test_the_write_that_ends_a_job_starts_its_retention(client: TestClient[Any, Any], redis: Redis) -> None:
+    # Given a queued job of an older store (a TTL renewed on every append)
     job = await _create(client, {"input": "x"})
     await redis.pexpire(keys.events(job["run_id"]), 50_000)
     await redis.pexpire(keys.view(job["run_id"]), 50_000)

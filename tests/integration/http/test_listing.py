@@ -160,16 +160,17 @@ async def test_a_bad_parameter_answers_400_naming_it(
 
 
 async def test_jobs_leave_the_listing_when_they_expire(make_client: ClientFactory, redis: Redis) -> None:
-    # Given a broker that keeps jobs one second after their last change
+    # Given a broker that keeps jobs one second after they ended, and a job that ended (a stop of a queued job)
     client = await make_client(runs_retention_ms=1000)
     old = await _create(client, "old")
+    assert (await client.post(f"/v1/runs/{old}/stop")).status == 200
     assert [job["run_id"] for job in (await _list(client))["data"]] == [old]
     # When the job expires
     deadline = time.monotonic() + 10
     while await redis.exists(keys.view(old)) and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     assert (await client.get(f"/v1/runs/{old}")).status == 404
-    # Then it is not listed, and the next write to its partition trims it from the partition's index
+    # Then it is not listed, and the next job of its partition that ends the same way trims it from the indexes
     assert (await _list(client))["data"] == []
     key = next(k for k in (f"fresh-{n}" for n in range(10_000)) if partition_of(job_id_for_key(k)) == partition_of(old))
     answer = await client.post(
@@ -177,8 +178,11 @@ async def test_jobs_leave_the_listing_when_they_expire(make_client: ClientFactor
     )
     fresh = (await answer.json())["run_id"]
     assert [job["run_id"] for job in (await _list(client))["data"]] == [fresh]
+    assert await redis.zscore(keys.runs(keys.partition_of(old)), old) is not None  # a create trims nothing
+    assert (await client.post(f"/v1/runs/{fresh}/stop")).status == 200
     assert await redis.zscore(keys.runs(keys.partition_of(old)), old) is None
-    assert await redis.zscore(keys.runs_index(keys.partition_of(old), "queued"), old) is None
+    assert await redis.zscore(keys.runs_index(keys.partition_of(old), "cancelled"), old) is None
+    assert [job["run_id"] for job in (await _list(client))["data"]] == [fresh]
 
 
 async def test_an_index_entry_of_a_vanished_job_is_skipped(client: TestClient[Any, Any], redis: Redis) -> None:

@@ -45,8 +45,9 @@ async def create_job(client: Client, text: str = "hello") -> str:
 
 
 async def append(redis: Redis, job_id: str, events: Sequence[JobEvent]) -> list[str]:
-    """Append like the driver: fold the view over the whole stream, no expected last id."""
-    store = JobStore(redis, retention_ms=600_000)
+    """Append like the driver: fold the view over the whole stream, no expected last id; relayed Hermes events
+    are stored packed (SPEC S3.6), so replay, resume and the live hub read them as every fresh store has them."""
+    store = JobStore(redis, retention_ms=600_000, packed=True)
     history = [event for _, event in await store.read(job_id)]
     view = fold([*history, *events])
     assert view is not None

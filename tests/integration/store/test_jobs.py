@@ -80,8 +80,8 @@ async def test_create_claims_the_job_once(store: JobStore, redis: Redis) -> None
     assert (first.created, second.created) == (True, False)
     assert second.snapshot.view == first.snapshot.view
     assert await redis.xlen(keys.events(JOB)) == 1
-    assert 0 < await redis.pttl(keys.events(JOB)) <= 60_000
-    assert 0 < await redis.pttl(keys.view(JOB)) <= 60_000
+    assert await redis.pttl(keys.events(JOB)) == -1  # a job that has not ended never expires (SPEC S3.6)
+    assert await redis.pttl(keys.view(JOB)) == -1
 
 
 async def test_append_stores_the_events_and_their_view(store: JobStore, redis: Redis) -> None:
@@ -157,13 +157,46 @@ async def test_one_append_of_many_events_is_one_atomic_write(store: JobStore, re
     assert await redis.xlen(keys.events(JOB)) == 51
 
 
-async def test_an_append_renews_retention(store: JobStore, redis: Redis) -> None:
+async def test_a_job_has_no_ttl_until_it_ends_then_expires_retention_after_its_end(
+    store: JobStore, redis: Redis
+) -> None:
+    # Given a created, then accepted job (SPEC S3.6: nothing of a job expires while it lives)
     last = await _create(store)
-    await redis.pexpire(keys.events(JOB), 1_000)
-    await redis.pexpire(keys.view(JOB), 1_000)
-    await store.append(JOB, _holds(1), _view(*_holds(1)), expected_last_id=last)
-    assert await redis.pttl(keys.events(JOB)) > 50_000
-    assert await redis.pttl(keys.view(JOB)) > 50_000
+    accepted = RunAccepted(job_id=JOB, at_ms=T0 + 1, attempt=1, hermes_run_id="run_1")
+    [last] = await store.append(JOB, [accepted], _view(accepted), expected_last_id=last, before=_view())
+    assert await redis.pttl(keys.events(JOB)) == -1 and await redis.pttl(keys.view(JOB)) == -1
+    # When it ends
+    done = JobFinished(job_id=JOB, at_ms=T0 + 2, status=JobStatus.COMPLETED, attempt=1, output="o")
+    await store.append(JOB, [done], _view(accepted, done), expected_last_id=last, before=_view(accepted))
+    # Then its stream and view expire RUNS_RETENTION after that write
+    for key in (keys.events(JOB), keys.view(JOB)):
+        assert 50_000 < await redis.pttl(key) <= 60_000
+
+
+async def test_a_live_job_of_an_older_store_loses_the_ttl_it_was_given_at_its_next_activity(
+    store: JobStore, redis: Redis
+) -> None:
+    # Given a job written by a broker that renewed a TTL on every append (today's main)
+    last = await _create(store)
+    await redis.pexpire(keys.events(JOB), 5_000)
+    await redis.pexpire(keys.view(JOB), 5_000)
+    # When a write moves it in the listing (a hold here)
+    await store.append(JOB, _holds(1), _view(*_holds(1)), expected_last_id=last, before=_view())
+    # Then it has no TTL any more: it cannot expire while it waits or runs
+    assert await redis.pttl(keys.events(JOB)) == -1 and await redis.pttl(keys.view(JOB)) == -1
+
+
+async def test_a_finished_job_of_an_older_store_keeps_its_ttl(store: JobStore, redis: Redis) -> None:
+    # Given a finished job written by today's main (TTL renewed on its last append)
+    last = await _create(store)
+    done = JobFinished(job_id=JOB, at_ms=T0 + 2, status=JobStatus.CANCELLED, error_code="stopped")
+    await store.append(JOB, [done], _view(done), expected_last_id=last, before=_view())
+    await redis.pexpire(keys.events(JOB), 5_000)
+    await redis.pexpire(keys.view(JOB), 5_000)
+    # When anything reads it, or a late write reaches it
+    await store.load(JOB)
+    # Then it still expires
+    assert 0 < await redis.pttl(keys.events(JOB)) <= 5_000 and 0 < await redis.pttl(keys.view(JOB)) <= 5_000
 
 
 async def test_a_created_and_a_finished_job_stream_hold_no_room_for_more(store: JobStore, redis: Redis) -> None:
@@ -192,7 +225,7 @@ async def test_a_created_and_a_finished_job_stream_hold_no_room_for_more(store: 
     await redis.copy(keys.events(JOB), tight)
     assert await redis.memory_usage(keys.events(JOB)) <= await redis.memory_usage(tight) + 100  # + its longer name
     await redis.delete(tight)
-    assert 0 < await redis.pttl(keys.events(JOB)) <= 60_000
+    assert 0 < await redis.pttl(keys.events(JOB)) <= 60_000  # the compaction keeps the TTL the end gave it
     assert [entry_id for entry_id, _ in await store.read(JOB)] == [first, *ids, last]
     # And a later append (a repair, say) still gets a later id
     [after] = await store.append(JOB, _holds(1), done, expected_last_id=last)

@@ -133,6 +133,7 @@ async def test_a_recreated_view_expires_with_its_stream(jobs: JobStore, store: R
         "state": encode_view(_view(events)).decode(),
         "last_id": last,
         "board": encode_board(expected).decode(),
+        keys.run_field(1): "run_1",  # each accepted attempt's run, as the job write keeps it
     }
 
 

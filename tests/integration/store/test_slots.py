@@ -25,6 +25,7 @@ from broker.store import keys, scripts
 from broker.store.admission import AdmissionStore, Pacing
 from broker.store.board import BoardStore, OutboxEntry
 from broker.store.connection import connect
+from broker.store.deltas import DeltaSchedule
 from broker.store.jobs import BoardWrite, JobStore
 from broker.store.leases import Leases
 from broker.store.listing import IndexRepair, Listing
@@ -149,6 +150,12 @@ async def _replace_view(redis: Redis) -> object:
     return await store.replace(JOB, replacement)
 
 
+async def _remove_deltas(redis: Redis) -> object:
+    await _create(redis)
+    await redis.zadd(keys.deltas(keys.partition_of(JOB)), {JOB: 1})
+    return await DeltaSchedule(redis).remove(await DeltaSchedule(redis).due(10), 10)
+
+
 async def _board_ack(redis: Redis) -> object:
     return await BoardStore(redis).ack(JOB, 1, 2)
 
@@ -212,6 +219,7 @@ SINGLE_SLOT: list[tuple[str, Operation]] = [
     ("admission_release", _release),
     ("admission_requeue", _requeue),
     ("replace_view (and the rebuild's MULTI read)", _replace_view),
+    ("remove_deltas", _remove_deltas),
     ("board_ack", _board_ack),
     ("board_promote", _board_promote),
     ("board outbox ack+delete (MULTI)", _board_outbox_done),
@@ -226,7 +234,7 @@ SINGLE_SLOT: list[tuple[str, Operation]] = [
 COVERED = {
     "append_events", "acquire_lease", "renew_lease", "release_lease", "promote_due", "admission_admit",
     "admission_claim", "admission_grant", "admission_accepted", "admission_refused", "admission_release",
-    "admission_requeue", "replace_view", "board_ack", "board_promote", "release_lock",
+    "admission_requeue", "replace_view", "remove_deltas", "board_ack", "board_promote", "release_lock",
     "reindex_job",
 }  # fmt: skip
 
@@ -261,6 +269,8 @@ def test_every_key_of_a_job_write_maps_to_one_slot(job_id: str) -> None:
         keys.board_outbox(partition),
         keys.board_due(partition),
         keys.board_index(partition),
+        keys.deltas(partition),
+        keys.scratch(partition),
     ]
     assert len({key_slot(key.encode()) for key in job_write}) == 1
     admission = [keys.ADMISSION_STATE, keys.ADMISSION_LIVE, keys.ADMISSION_SLOTS, keys.ADMISSION_RESERVED]

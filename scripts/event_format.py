@@ -1,0 +1,58 @@
+"""Show or switch whether the brokers store relayed Hermes events packed (SPEC S3.6, broker/codec.py).
+
+    python scripts/event_format.py            # show: {"packed": true|false}
+    python scripts/event_format.py packed     # after every replica runs a broker that reads packed events
+    python scripts/event_format.py full       # before rolling back to a broker that does not
+
+A store no broker has used packs from the start, and so does the embedded Redis (one broker only) unless
+this command pinned it `full`. A store an older broker wrote keeps full entries, which every version reads,
+until this command switches packing on once the rollout is over (an older replica would hide packed events
+from its SSE clients). Replicas follow a switch within 10 s; entries already stored keep their form.
+Configured like the broker (REDIS_URL, REDIS_CLUSTER; with REDIS_URL unset it opens the embedded Redis on
+DATA_DIR itself: stop the broker first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+
+import orjson
+
+from broker.config import Config
+from broker.errors import ConfigError
+from broker.store.connection import connect
+from broker.store.embedded import EmbeddedRedis
+from broker.store.entries import EventFormat, set_format
+
+
+async def run(url: str, *, cluster: bool, switch: str | None) -> int:
+    redis = connect(url, cluster=cluster)
+    try:
+        if switch is not None:
+            await set_format(redis, packed=switch == "packed")
+        print(orjson.dumps({"packed": await EventFormat(redis).packed()}).decode())
+        return 0
+    finally:
+        await redis.aclose()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("switch", nargs="?", choices=["packed", "full"], help="switch packing on or off")
+    args = parser.parse_args()
+    try:
+        config = Config.from_env(os.environ)
+    except ConfigError as error:
+        print(f"Invalid configuration: {error.message}", file=sys.stderr)
+        return 2
+    if config.redis_url is not None:
+        return asyncio.run(run(config.redis_url, cluster=config.redis_cluster, switch=args.switch))
+    with EmbeddedRedis(config.data_dir) as url:  # the broker on it is stopped (it packs on its own)
+        return asyncio.run(run(url, cluster=False, switch=args.switch))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
