@@ -68,7 +68,9 @@ async def test_a_failed_job_reports_the_failure(make_board_replica: BoardFactory
     replica = await make_board_replica()
     created = await create(replica, {"input": "please fail"})
     reports = await receiver.until(created["run_id"], "failed")
-    assert states(reports) == ["running", "failed"]
+    # the running version goes out unless the failure superseded it while it was pending (S5: the latest
+    # version at least once; a run that fails at once on a loaded cluster, where the sender's bell is a hint)
+    assert states(reports) in (["running", "failed"], ["failed"])
     check_versions(reports)
     assert reports[-1]["error"] == FAILURE
     assert reports[-1]["title"] == f"runs-{created['run_id']}" and "link" not in reports[-1]
