@@ -8,6 +8,7 @@ import orjson
 from attrs import evolve, frozen
 from redis.asyncio import Redis
 
+from broker.admission.fair import FairnessSettings, resolve
 from broker.admission.state import shown_hold
 from broker.clock import Clock
 from broker.errors import Conflict, IdempotencyConflict, Unavailable
@@ -44,8 +45,10 @@ class JobService:
         redis: Redis,
         hermes: HermesClient,
         admission: AdmissionStore | None = None,
+        fairness: FairnessSettings | None = None,
     ) -> None:
         self._writer = writer
+        self._fairness = fairness or FairnessSettings()
         self._admission = admission
         self._clock = clock
         self._metrics = metrics
@@ -67,6 +70,12 @@ class JobService:
             model=request.model,
             context=request.context,
             reporting=request.reporting,
+            scheduling=resolve(
+                request.scheduling,
+                session_key=request.session_key,
+                session_id=request.session_id,
+                settings=self._fairness,
+            ),
         )
         outcome = await self._writer.create(event)
         existing = outcome.snapshot.view

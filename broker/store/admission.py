@@ -28,9 +28,10 @@ from typing import cast
 from attrs import frozen
 from redis.asyncio import Redis
 
-from broker.admission.state import INITIAL_LIMIT, QUIET_MS, LineState, oldest_wait_ms
+from broker.admission import fair
+from broker.admission.state import INITIAL_LIMIT, QUIET_MS, LineState
 from broker.config import Config
-from broker.events import HoldReason
+from broker.events import HoldReason, JobStatus
 from broker.store import keys
 from broker.store.leases import new_token
 from broker.store.scripts import Scripts, run_many
@@ -97,10 +98,12 @@ class Pacing:
 
 
 class AdmissionStore:
-    def __init__(self, redis: Redis, pacing: Pacing) -> None:
+    def __init__(self, redis: Redis, pacing: Pacing, virtual: fair.VirtualTimes | None = None) -> None:
         self._redis = redis
         self._scripts = Scripts(redis)
         self.pacing = pacing
+        self.virtual = virtual or fair.VirtualTimes()  #: V per priority, learnt with every pass (SPEC S4.2)
+        self._drifted: list[int] = []  #: partitions read with an empty line but counts of waiting jobs
         self._waiting: set[int] = set()  #: partitions last seen (or heard) with waiting jobs, by this replica
         self._heard: set[int] = set()  #: partitions heard of since the last read began (it may predate the job)
         self._full_read_at = -FULL_READ_MS  #: when a pass last read every partition (epoch ms)
@@ -117,7 +120,8 @@ class AdmissionStore:
                 keys=_RESERVE_KEYS, args=[now_ms, most, p.slot_ttl_ms, p.pinned, INITIAL_LIMIT, new_token()]
             )
         )
-        wake, reservations = int(reply[0]), reply[1:]
+        wake, reservations = int(reply[0]), reply[6:]
+        self.virtual.learn([int(float(tag)) for tag in reply[1:6]], now_ms)
         if not reservations:
             return Grants([], wake or None)  # at the limit, or pacing a refusal: one round trip
         if full:
@@ -134,6 +138,7 @@ class AdmissionStore:
                         keys.due(partition),
                         keys.view(job_id),
                         keys.events(job_id),
+                        keys.fair(partition),
                     ],
                     [job_id, token, p.slot_ttl_ms, now_ms + p.slot_ttl_ms],
                 )
@@ -157,6 +162,12 @@ class AdmissionStore:
         await self._scripts.admission_grant(
             keys=_RESERVE_KEYS, args=[now_ms, p.slot_ttl_ms, len(grants), *triples, *reservations[len(grants) :]]
         )
+        if self._drifted:  # rare: jobs moved by an older broker's scripts, which do not count them
+            drifted, self._drifted = self._drifted, []
+            calls: list[tuple[list[str], list[str]]] = [
+                ([keys.line(partition), keys.fair(partition)], []) for partition in drifted
+            ]
+            await run_many(self._redis, self._scripts.admission_fair_clear, calls)
         return Grants(grants, wake or None)
 
     def heard(self, job_id: str) -> None:
@@ -169,12 +180,18 @@ class AdmissionStore:
         """The oldest `most` waiting jobs over the lines of `partitions`, oldest first, as (job, a new lease
         token, partition); what is left in each line is remembered for the next pass."""
         read = list(partitions)
+        full = len(read) == keys.PARTITIONS
         self._heard.clear()
         async with self._redis.pipeline(transaction=False) as pipe:
             for partition in read:  # raw: redis-py's pairing of scores cost more than the read itself
                 pipe.execute_command("ZRANGE", keys.line(partition), 0, most - 1, "WITHSCORES")
+                if full:
+                    pipe.exists(keys.fair(partition))
             replies = await pipe.execute()
-        lines = {partition: _scored(reply) for partition, reply in zip(read, replies, strict=True)}
+        step = 2 if full else 1
+        lines = {partition: _scored(reply) for partition, reply in zip(read, replies[::step], strict=True)}
+        if full:
+            self._drifted = [p for p, counted in zip(read, replies[1::2], strict=True) if counted and not lines[p]]
         merged = sorted((score, job_id, partition) for partition, line in lines.items() for job_id, score in line)
         heads = [(job_id, new_token(), partition) for _, job_id, partition in merged[:most]]
         taken = {partition: 0 for partition in read}
@@ -250,38 +267,77 @@ class AdmissionStore:
             await self._redis.zadd(keys.ADMISSION_LIVE, mapping, xx=renew_only)
 
     async def enter(self, job_id: str, place: str) -> None:
-        """Make sure a waiting job is in the line (jobs of an older broker, or after a lost write)."""
+        """Make sure a waiting job is in the line (jobs of an older broker, or after a lost write), counted among
+        its fairness key's waiting jobs when it was not."""
         self.heard(job_id)
-        await self._redis.zadd(keys.line(keys.partition_of(job_id)), {job_id: float(place)}, nx=True)
+        partition = keys.partition_of(job_id)
+        await self._scripts.admission_enter(
+            keys=[keys.line(partition), keys.view(job_id), keys.fair(partition)], args=[job_id, place]
+        )
+
+    async def load_virtual(self, now_ms: int) -> None:
+        """Learn V before this replica's first pass, so its first creates do not start at 0."""
+        self.virtual.learn(await read_virtual(self._redis), now_ms)
 
     async def state(self, now_ms: int, *, lines: bool = True) -> LineState:
         """The shared figures; without `lines` the 64 lines are not read (`waiting` 0, `oldest_wait_ms`
-        None): what a waiting job's hold needs is the limit, the live runs and the refusal."""
+        None): what a waiting job's hold needs is the limit, the live runs and the refusal. With them: the waiting
+        jobs per priority band, the fairness keys with most waiting jobs, and the oldest queued job's age (the
+        listing's queued index: a line's score is no time any more, SPEC S4.2), in one pipeline."""
+        bands = [
+            (fair.front(p), f"({fair.front(p + 1)}" if p < fair.PRIORITIES[-1] else "+inf") for p in fair.PRIORITIES
+        ]
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.hgetall(keys.ADMISSION_STATE)
             pipe.zcount(keys.ADMISSION_LIVE, f"({now_ms}", "+inf")
             for partition in keys.partitions() if lines else ():
-                pipe.zcard(keys.line(partition))
-                pipe.execute_command("ZRANGE", keys.line(partition), 0, 0, "WITHSCORES")
+                line = keys.line(partition)
+                pipe.zcount(line, "-inf", f"({fair.BASE}")  # ahead of the bands
+                for low, high in bands:
+                    pipe.zcount(line, low, high)
+                pipe.hgetall(keys.fair(partition))
+                pipe.execute_command("ZRANGE", keys.runs_index(partition, JobStatus.QUEUED.value), 0, 0, "WITHSCORES")
             fields, live, *read = await pipe.execute()
         s = cast(dict[str, str], fields)
         refusing = s.get("refusing", "")
-        waiting = sum(int(count) for count in read[::2])
-        heads = sorted((score, job_id) for head in read[1::2] for job_id, score in _scored(head))
+        per = 3 + len(fair.PRIORITIES)
+        counts = [read[i : i + per] for i in range(0, len(read), per)]
+        ahead = sum(int(c[0]) for c in counts)
+        by_priority = tuple(sum(int(c[1 + i]) for c in counts) for i in range(len(fair.PRIORITIES)))
+        oldest = min((score for c in counts for _, score in _scored(c[-1])), default=None)
+        loads = fair.top_keys(entry for c in counts for entry in _key_counts(cast(dict[str, str], c[-2])))
         pinned = self.pacing.pinned
         return LineState(
             limit=pinned or int(s.get("limit") or INITIAL_LIMIT),
             learnt=pinned == 0,
             live=int(live),
-            waiting=waiting,
-            oldest_wait_ms=oldest_wait_ms(repr(heads[0][0]) if heads else None, now_ms),
+            waiting=ahead + sum(by_priority),
+            oldest_wait_ms=None if oldest is None else max(0, now_ms - int(oldest)),
             refusing=HoldReason(refusing) if refusing in _REASONS else None,
             detail=s.get("detail", ""),
             since_ms=int(s.get("since") or 0),
             retry_at_ms=int(s.get("retry_at") or 0),
             probes=int(s.get("probes") or 0),
             refused=int(s.get("refused") or 0),
+            by_priority=by_priority,
+            ahead=ahead,
+            keys=tuple(loads),
         )
+
+
+def _key_counts(counted: dict[str, str]) -> list[tuple[str, int, float]]:
+    """(key, waiting jobs, weight) from a partition's fair hash (`n:<key>`, `w:<key>`)."""
+    return [
+        (name[2:], int(value), float(counted.get(f"w:{name[2:]}") or 1.0))
+        for name, value in counted.items()
+        if name.startswith("n:")
+    ]
+
+
+async def read_virtual(redis: Redis) -> list[int]:
+    """The virtual time of each priority (SPEC S4.2) as the admission state keeps it."""
+    values = await redis.hmget(keys.ADMISSION_STATE, [f"v{priority}" for priority in fair.PRIORITIES])
+    return [int(float(value or 0)) for value in values]
 
 
 def _scored(reply: object) -> list[tuple[str, float]]:

@@ -10,11 +10,12 @@ import orjson
 from attrs import frozen
 from redis.asyncio import Redis
 
-from broker.admission.state import line_place
+from broker.admission import fair
 from broker.codec import decode, decode_board, decode_view, encode, encode_board, encode_view
 from broker.errors import JobNotFound, LeaseLost, StreamConflict
 from broker.events import JobCreated, JobEvent, JobStatus
 from broker.store import keys, signals
+from broker.store.admission import read_virtual
 from broker.store.connection import is_cluster
 from broker.store.durability import Durability
 from broker.store.scripts import Scripts, as_strings, ring_work
@@ -56,9 +57,16 @@ class JobStore:
     """Reads and writes job streams; every write is one Lua script, one round trip."""
 
     def __init__(
-        self, redis: Redis, *, retention_ms: int, hold_ms: int = 2_400_000, durability: Durability | None = None
+        self,
+        redis: Redis,
+        *,
+        retention_ms: int,
+        hold_ms: int = 2_400_000,
+        durability: Durability | None = None,
+        virtual: fair.VirtualTimes | None = None,
     ) -> None:
         self._redis = redis
+        self._virtual = virtual or fair.VirtualTimes()  #: V per priority, shared with the admission passes
         self._scripts = Scripts(redis, durability)
         self._cluster = is_cluster(redis)
         self._retention_ms = retention_ms
@@ -66,9 +74,18 @@ class JobStore:
 
     async def create(self, event: JobCreated, view: JobView, board: BoardWrite | None = None) -> Created:
         """Store `event` and its view, put the job in the admission line and ring the work stream for it,
-        unless the job id exists already."""
+        unless the job id exists already. Its place in the line is its start tag in its fairness key's turn
+        (SPEC S4.2), taken first (in the key's partition); a replayed create takes a turn it does not use."""
+        place = await self._turn(view, event.at_ms)
         reply = await self._write(
-            event.job_id, [event], view, expected="$new", ring="line", due_at=event.at_ms + self._hold_ms, board=board
+            event.job_id,
+            [event],
+            view,
+            expected="$new",
+            ring="line",
+            due_at=event.at_ms + self._hold_ms,
+            board=board,
+            place=place,
         )
         if reply[0] == "OK":
             if self._cluster:  # the doorbells (hints: the line is looked at anyway) are other slots there
@@ -77,6 +94,23 @@ class JobStore:
             return Created(Snapshot(view, reply[1], board.state if board else None), created=True)
         existing = decode_view(reply[1]) or (await self._refold(event.job_id)).view
         return Created(Snapshot(existing, ""), created=False)
+
+    async def _turn(self, view: JobView, now_ms: int) -> int:
+        """A new job's score in the line: its priority's band plus its start tag (fair_turn.lua)."""
+        scheduling = view.scheduling
+        if self._virtual.stale(now_ms):  # no admission pass of this replica brought V lately
+            self._virtual.learn(await read_virtual(self._redis), now_ms)
+        reply = await self._scripts.fair_turn(
+            keys=[keys.turns(keys.fairness_partition(scheduling.fairness_key), scheduling.priority)],
+            args=[
+                scheduling.fairness_key,
+                self._virtual.tag(scheduling.priority),
+                fair.advance(scheduling.fairness_weight),
+                fair.MAX_TAG,
+            ],
+        )
+        tag = int(reply.decode() if isinstance(reply, bytes) else str(reply))
+        return fair.score(scheduling.priority, tag)
 
     async def append(
         self,
@@ -128,6 +162,7 @@ class JobStore:
         due_at: int | None = None,
         board: BoardWrite | None = None,
         before: JobView | None = None,
+        place: int | None = None,
     ) -> list[str]:
         """One append_events.lua over the job's partition (one slot; on a single Redis also the work stream,
         when `ring`); acknowledged after WAIT when asked."""
@@ -146,7 +181,10 @@ class JobStore:
         if ring is not None and not self._cluster:
             write["ring"] = ring
         if expected == "$new":
-            write["line"], write["place"] = "enter", line_place(view)
+            scheduling = view.scheduling
+            write["line"] = "enter"
+            write["place"] = str(place if place is not None else fair.front(scheduling.priority))
+            write["fair"] = {"key": scheduling.fairness_key, "weight": repr(scheduling.fairness_weight)}
             write["joined"] = {"channel": keys.SIGNALS, "message": signals.joined_message(job_id)}
         elif view.status.terminal:
             write["line"] = "leave"
@@ -238,6 +276,7 @@ def _partition_write_keys(partition: int) -> tuple[str, ...]:
         keys.line(partition),
         keys.runs(partition),
         keys.scratch(partition),
+        keys.fair(partition),
         *(keys.runs_index(partition, status.value) for status in JobStatus),
     )
 

@@ -38,6 +38,9 @@ NAMES = (
     "admission_requeue",
     "admission_grant",
     "admission_claim",
+    "admission_enter",
+    "admission_fair_clear",
+    "fair_turn",
     "board_ack",
     "board_promote",
     "release_lock",
@@ -72,6 +75,9 @@ class Scripts:
         self.admission_requeue: AsyncScript = redis.register_script(source("admission_requeue"))
         self.admission_grant: AsyncScript = redis.register_script(source("admission_grant"))
         self.admission_claim: AsyncScript = redis.register_script(source("admission_claim"))
+        self.admission_enter: AsyncScript = redis.register_script(source("admission_enter"))
+        self.admission_fair_clear: AsyncScript = redis.register_script(source("admission_fair_clear"))
+        self.fair_turn: AsyncScript = redis.register_script(source("fair_turn"))
 
     async def run(
         self,

@@ -5,16 +5,17 @@
 -- KEYS[5] job board hash   KEYS[6] partition board outbox   KEYS[7] partition board due zset
 -- KEYS[8] partition board index zset   KEYS[9] partition admission line zset
 -- KEYS[10] partition listing index of every job   KEYS[11] partition scratch key (compaction)
--- KEYS[12..11+w.statuses] partition listing index of each job status
+-- KEYS[12] partition fair hash (waiting jobs per fairness key)
+-- KEYS[13..12+w.statuses] partition listing index of each job status
 --   (one slot: every key above carries the job's partition tag {pN})
--- KEYS[12+w.statuses] work stream: only on a single Redis (with `ring`), where the doorbell costs no round
+-- KEYS[13+w.statuses] work stream: only on a single Redis (with `ring`), where the doorbell costs no round
 --   trip of its own; on a cluster it is another slot, and the caller rings it after the script
 -- ARGV[1] the write, a JSON object of strings:
 --   job        the job id
 --   expect     '' = do not check, '$new' = create only if the job does not exist, else the expected last id
 --   token      the lease token that fences the write ('' = not fenced)
 --   retention  ms every job key lives after this write
---   statuses   how many status indexes follow KEYS[11]
+--   statuses   how many status indexes follow KEYS[12]
 --   compact    present: the stream gets no more appends for a while (a create, a terminal write): copy it
 --              and rename the copy over it, which frees the room Redis reserves at the end of a stream's
 --              last node (about 4 KB) and keeps the ids, the last id and the TTL
@@ -22,13 +23,15 @@
 --   due        present: the job's next wake-up in the due schedule (epoch ms)
 --   line       'enter': the job joins the admission line at `place` (arrival order);
 --              'leave': it leaves the line (it is terminal)
---   place      with 'enter': its score in the line
+--   place      with 'enter': its score in the line (SPEC S4.2: broker/admission/fair.py)
+--   fair       with 'enter', present: {key, weight}, the job's fairness key and weight: kept in its view hash
+--              (`fair_key`, `fair_weight`) and counted among the key's waiting jobs until it leaves the line
 --   joined     with 'enter': {channel, message}: published so every replica's next admission pass reads
 --              the job's partition (broker/store/signals.py; PUBLISH names no key)
 --   board      present: a new board version {at, change ('1' = state change), expire (epoch ms),
 --              refresh (ms), now (epoch ms)}
 --   index      present (the job's status or updated_at changed): the listing entry {score (the view's
---              updated_at ms), key (the index of its status, one of KEYS[11..]), from (present: the index of
+--              updated_at ms), key (the index of its status, one of KEYS[13..]), from (present: the index of
 --              its previous status), sweep (present: previous status unknown, leave every other index)}
 -- ARGV[2] job view JSON   ARGV[3] board fold state JSON ('' = no board)   ARGV[4] board report ('' = none)
 -- ARGV[5..] event JSONs, oldest first
@@ -57,13 +60,31 @@ if w.compact then
   redis.call('COPY', KEYS[1], KEYS[11], 'REPLACE')
   redis.call('RENAME', KEYS[11], KEYS[1])
 end
+local function counted(key, by, weight)
+  -- the partition's count of the key's waiting jobs; a key without any is forgotten (bounded state)
+  local n = redis.call('HINCRBY', KEYS[12], 'n:' .. key, by)
+  if n <= 0 then
+    redis.call('HDEL', KEYS[12], 'n:' .. key, 'w:' .. key)
+  elseif weight then
+    redis.call('HSET', KEYS[12], 'w:' .. key, weight)
+  end
+end
 if w.line == 'enter' then
   redis.call('ZADD', KEYS[9], w.place, w.job)
+  if w.fair then
+    redis.call('HSET', KEYS[2], 'fair_key', w.fair.key, 'fair_weight', w.fair.weight)
+    counted(w.fair.key, 1, w.fair.weight)
+  end
   if w.joined then
     redis.call('PUBLISH', w.joined.channel, w.joined.message)
   end
 elseif w.line == 'leave' then
-  redis.call('ZREM', KEYS[9], w.job)
+  if redis.call('ZREM', KEYS[9], w.job) == 1 then
+    local key = redis.call('HGET', KEYS[2], 'fair_key')
+    if key then
+      counted(key, -1, nil)
+    end
+  end
 end
 redis.call('HSET', KEYS[2], 'state', ARGV[2], 'last_id', last)
 if ARGV[3] ~= '' then
@@ -74,7 +95,7 @@ redis.call('PEXPIRE', KEYS[2], w.retention)
 if w.due then
   redis.call('ZADD', KEYS[4], w.due, w.job)
 end
-local last_status = 11 + tonumber(w.statuses)
+local last_status = 12 + tonumber(w.statuses)
 if w.ring and KEYS[last_status + 1] then
   redis.call('XADD', KEYS[last_status + 1], 'MAXLEN', '~', 100000, '*', w.ring, w.job)
 end
@@ -85,7 +106,7 @@ if x then
   -- its status, out of its previous status's index. Entries past the retention of this write's time are
   -- trimmed from the indexes a job enters (their jobs have expired; the reader skips them too).
   local target, from = nil, nil
-  for i = 12, last_status do
+  for i = 13, last_status do
     if KEYS[i] == x.key then
       target = KEYS[i]
     elseif KEYS[i] == x.from or x.sweep then
