@@ -42,8 +42,9 @@ and right after it on a cluster: the due schedules and lines are the durable mem
 periodically by every replica, so a lost doorbell costs a tick, never a job. The admission slots and the
 limit stay one cluster-wide set in the `{adm}` slot (Hermes is one resource); the line is per partition.
 A fairness key's turns live in the partition of the key (`fairness_partition`), not of its jobs: a key's jobs
-spread over every partition, and their start tags must follow one sequence (FIFO within a key, S4.2). The job's
-view hash keeps `fair_key`/`fair_weight` for the scripts that count waiting jobs in the job's partition.
+spread over every partition, and their start tags must follow one sequence (FIFO within a key, S4.2). The scripts
+that count waiting jobs in the job's partition (`fair`) count only jobs in a priority band (first attempts placed
+by this version) and read a job's key from its view JSON.
 
 Keys of the layout before partitions (broker <= 0.x, "layout 1"): `hbr:{J}:*`, `hbr:work`, `hbr:due`,
 `hbr:board:*`, `hbr:{adm}:line`. The broker refuses to start on them; `python scripts/migrate_layout.py`

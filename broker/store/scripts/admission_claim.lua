@@ -2,8 +2,8 @@
 -- takeover when the lease would lapse (as acquire_lease.lua does), atomically: a crash after this loses
 -- nothing (the job is taken over); another replica holding the lease leaves the job in the line. The
 -- job's stored view and its JobCreated (the stream's first entry: the execution body) come back with the
--- claim, so its runner starts without reading them again. The job leaves its fairness key's count of waiting
--- jobs (SPEC S4.2).
+-- claim, so its runner starts without reading them again. A job of a priority band (a score >= 2^51) leaves its
+-- fairness key's count of waiting jobs (SPEC S4.2; the key is in its view JSON).
 -- KEYS[1] partition line zset   KEYS[2] job lease   KEYS[3] partition due zset   KEYS[4] job view hash
 -- KEYS[5] job events   KEYS[6] partition fair hash   (one slot: {pN})
 -- ARGV[1] job   ARGV[2] lease token   ARGV[3] lease ms   ARGV[4] takeover deadline (epoch ms)
@@ -19,10 +19,13 @@ if not redis.call('SET', KEYS[2], ARGV[2], 'NX', 'PX', ARGV[3]) then
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZADD', KEYS[3], ARGV[4], ARGV[1])
-local view = redis.call('HMGET', KEYS[4], 'state', 'last_id', 'board', 'fair_key')
-if view[4] and KEYS[6] then
-  if redis.call('HINCRBY', KEYS[6], 'n:' .. view[4], -1) <= 0 then
-    redis.call('HDEL', KEYS[6], 'n:' .. view[4], 'w:' .. view[4])
+local view = redis.call('HMGET', KEYS[4], 'state', 'last_id', 'board')
+if KEYS[6] and tonumber(place) >= 2 ^ 51 then
+  local ok, state = pcall(cjson.decode, view[1] or '')
+  local s = ok and type(state) == 'table' and state.scheduling
+  local key = type(s) == 'table' and type(s.fairness_key) == 'string' and s.fairness_key or ''
+  if redis.call('HINCRBY', KEYS[6], 'n:' .. key, -1) <= 0 then
+    redis.call('HDEL', KEYS[6], 'n:' .. key, 'w:' .. key)
   end
 end
 local first = redis.call('XRANGE', KEYS[5], '-', '+', 'COUNT', 1)[1]

@@ -24,8 +24,9 @@
 --   line       'enter': the job joins the admission line at `place` (arrival order);
 --              'leave': it leaves the line (it is terminal)
 --   place      with 'enter': its score in the line (SPEC S4.2: broker/admission/fair.py)
---   fair       with 'enter', present: {key, weight}, the job's fairness key and weight: kept in its view hash
---              (`fair_key`, `fair_weight`) and counted among the key's waiting jobs until it leaves the line
+--   fair       with 'enter', present: {key, weight}, the job's fairness key and weight: the job is counted among
+--              the key's waiting jobs in KEYS[12] while it waits in a priority band (a score >= 2^51, SPEC S4.2);
+--              a terminal write that takes it off the line uncounts it (the key is in the view JSON, ARGV[2])
 --   joined     with 'enter': {channel, message}: published so every replica's next admission pass reads
 --              the job's partition (broker/store/signals.py; PUBLISH names no key)
 --   board      present: a new board version {at, change ('1' = state change), expire (epoch ms),
@@ -71,18 +72,20 @@ local function counted(key, by, weight)
 end
 if w.line == 'enter' then
   redis.call('ZADD', KEYS[9], w.place, w.job)
-  if w.fair then
-    redis.call('HSET', KEYS[2], 'fair_key', w.fair.key, 'fair_weight', w.fair.weight)
+  if w.fair and tonumber(w.place) >= 2 ^ 51 then
     counted(w.fair.key, 1, w.fair.weight)
   end
   if w.joined then
     redis.call('PUBLISH', w.joined.channel, w.joined.message)
   end
 elseif w.line == 'leave' then
-  if redis.call('ZREM', KEYS[9], w.job) == 1 then
-    local key = redis.call('HGET', KEYS[2], 'fair_key')
-    if key then
-      counted(key, -1, nil)
+  local place = redis.call('ZSCORE', KEYS[9], w.job)
+  if place then
+    redis.call('ZREM', KEYS[9], w.job)
+    if tonumber(place) >= 2 ^ 51 then
+      local ok, view = pcall(cjson.decode, ARGV[2])
+      local s = ok and type(view) == 'table' and view.scheduling
+      counted(type(s) == 'table' and type(s.fairness_key) == 'string' and s.fairness_key or '', -1, nil)
     end
   end
 end

@@ -133,12 +133,11 @@ async def test_a_line_written_by_the_previous_broker_is_driven_to_the_end_first(
     make_client: ClientFactory, make_replica: ClientFactory, sim: Simulator, redis: Redis
 ) -> None:
     # Given jobs as the previous broker stored them: JobCreated without scheduling, placed at created ms * 1000,
-    # no fairness fields, no counts
+    # not counted
     client = await make_client()
     legacy = [(await create(client, {"input": f"old {i}"}))["run_id"] for i in range(3)]
     places = []
     for job_id in legacy:
-        await redis.hdel(keys.view(job_id), "fair_key", "fair_weight")  # type: ignore[misc]
         created_ms = round((await (await client.get(f"/v1/runs/{job_id}")).json())["created_at"] * 1000)
         await redis.zadd(keys.line(keys.partition_of(job_id)), {job_id: created_ms * 1000}, xx=True)
         places.append((created_ms * 1000, job_id))
