@@ -7,9 +7,11 @@ sorted set per partition and a pass still merges the partitions' heads (DESIGN Â
 
 `S` is the job's virtual start tag, in units of 1/1000 of a weight-1 turn; `F` is its fairness key's next turn
 (the key's last start tag plus that job's advance, `1000 / weight` units, rounded, at least 1); `V` is the
-virtual time of the priority: the largest start tag granted so far. A key's jobs get increasing tags (FIFO
-within a key; one key alone is plain arrival order), a key that arrives late starts at `V` (about one round of
-the waiting keys), and two backlogged keys interleave in proportion to their weights. Bands keep priorities
+virtual time of the priority: one past the largest start tag granted so far. A key's jobs get increasing tags
+(FIFO within a key; one key alone is plain arrival order), a key that arrives late starts at `V` (about one
+round of the waiting keys), and two backlogged keys interleave in proportion to their weights. Jobs of keys
+without a turn that arrive between two grants share a tag (they sort by job id); the `+1` puts every later
+arrival behind them, so a stream of one-job keys cannot starve the one with the largest id. Bands keep priorities
 strict; everything below BASE sorts ahead of every band: resubmits (`created_ms`, ~1.8e12) and the first
 attempts an older broker placed (`created_ms * 1000`, ~1.8e15).
 
@@ -182,7 +184,7 @@ class FairLine:
             found = band_of(place)
             if found is not None:
                 priority, tag = found
-                self.virtual[priority - 1] = max(self.virtual[priority - 1], tag)
+                self.virtual[priority - 1] = max(self.virtual[priority - 1], tag + 1)
         return [job_id for _, job_id in heads]
 
     def waiting(self) -> int:

@@ -3,7 +3,8 @@
 -- later requeue), and give back the reservations no job was found for (the lines were shorter, or other
 -- replicas claimed their heads first). A probe reserved for a granted reservation becomes that job's
 -- (and is counted); a probe reserved for one given back is over. The virtual time of each priority (SPEC
--- S4.2) becomes the largest start tag granted in it (a first attempt's place, broker/admission/fair.py).
+-- S4.2) becomes one past the largest start tag granted in it (a first attempt's place, broker/admission/fair.py:
+-- a job that arrives after a grant sorts behind every job of its tag that waited then).
 -- KEYS[1] admission state hash   KEYS[2] live zset   KEYS[3] slots hash   KEYS[4] reserved zset
 --   (one slot: {adm})
 -- ARGV[1] now (epoch ms)   ARGV[2] slot ttl ms   ARGV[3] g, the number of grants
@@ -18,7 +19,7 @@ for i = 4, 3 + 3 * g, 3 do
   if place and place >= base then
     local priority = math.min(math.floor((place - base) / band), 4) + 1
     local tag = place - base - (priority - 1) * band
-    tags[priority] = math.max(tags[priority] or 0, tag)
+    tags[priority] = math.max(tags[priority] or 0, tag + 1)
   end
   redis.call('ZREM', KEYS[4], reservation)
   redis.call('ZADD', KEYS[2], expiry, job)

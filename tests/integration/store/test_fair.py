@@ -69,14 +69,14 @@ async def test_the_grant_keeps_v_and_every_pass_returns_it(redis: Redis) -> None
     # When a pass grants two of them
     grants = await admission.admit(T0, 5)
     assert grants.jobs == [job_id(0), job_id(1)]
-    # Then V of priority 2 is the larger tag granted, and the next pass brings it to this replica
-    assert await redis.hget(keys.ADMISSION_STATE, "v2") == "1000"
+    # Then V of priority 2 is one past the larger tag granted, and the next pass brings it to this replica
+    assert await redis.hget(keys.ADMISSION_STATE, "v2") == "1001"
     await admission.admit(T0 + 1, 5)
-    assert admission.virtual.tag(2) == 1_000 and admission.virtual.tag(3) == 0
-    # and a replica that creates reads it when its own is stale: a new key starts at V, behind k's next job
+    assert admission.virtual.tag(2) == 1_001 and admission.virtual.tag(3) == 0
+    # and a replica that creates reads it when its own is stale: a new key starts at V, before k's next job
     late = JobStore(redis, retention_ms=600_000)
     await create(late, 10, Scheduling(priority=2, fairness_key="late"), at_ms=T0 + 5_000)
-    assert await place(redis, 10) == fair.score(2, 1_000) < fair.score(2, 2_000) == await place(redis, 2)
+    assert await place(redis, 10) == fair.score(2, 1_001) < fair.score(2, 2_000) == await place(redis, 2)
 
 
 async def test_counts_of_waiting_jobs_follow_the_line_and_go_away_with_it(redis: Redis) -> None:

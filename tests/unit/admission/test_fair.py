@@ -196,3 +196,29 @@ def test_a_stale_virtual_time_keeps_fifo_within_a_key_and_only_moves_newcomers_a
 def test_top_keys_sum_partitions_and_rank_by_waiting_jobs() -> None:
     loads = fair.top_keys([("a", 2, 1.0), ("b", 5, 3.0), ("a", 4, 1.0), ("c", 1, 1.0), ("d", 0, 1.0)], most=2)
     assert loads == [fair.KeyLoad("a", 6, 1.0), fair.KeyLoad("b", 5, 3.0)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(2, 6), st.integers(1, 3))
+def test_a_stream_of_one_job_keys_starves_nobody(seed: int, arriving: int, served: int) -> None:
+    # Given more one-job keys arriving between passes than the passes take (an overloaded line)
+    line = FairLine(partitions=8)
+    waited: dict[str, tuple[int, int]] = {}  # job -> (arrival pass, place)
+    taken: list[str] = []
+    first_taken: dict[int, int] = {}  # place -> the pass its first job was taken in
+    for turn in range(60):
+        for n in range(arriving):
+            job = f"{(seed + turn * 7 + n * 13) * 2_654_435_761 % 2**32:010d}-{turn:03d}-{n}"
+            waited[job] = (turn, line.enter(job, Scheduling(fairness_key=job), turn + n))
+        for job in line.take(served):
+            first_taken.setdefault(waited[job][1], turn)
+            taken.append(job)
+    # Then places never decrease with arrival, so a job is overtaken only by jobs of its own place, which all
+    # arrived before the first of them was taken: once its place is being served, every later arrival waits
+    places = [place for _, place in sorted(waited.values())]
+    assert places == sorted(places)
+    for position, job in enumerate(taken):
+        for later in taken[position + 1 :]:
+            if waited[later][0] < waited[job][0]:  # `later` arrived first but went after `job`
+                assert waited[later][1] == waited[job][1]
+                assert waited[job][0] <= first_taken[waited[job][1]]
