@@ -5,8 +5,8 @@ sorted set per partition and a pass still merges the partitions' heads (DESIGN Â
 
     score = BASE + (priority - 1) * BAND + S        S = max(F[priority, key], V[priority])
 
-`S` is the job's virtual start tag, in units of 1/1000 of a weight-1 turn; `F` is its fairness key's next turn
-(the key's last start tag plus that job's advance, `1000 / weight` units, rounded, at least 1); `V` is the
+`S` is the job's virtual start tag, in units of 1/10,000 of a weight-1 turn; `F` is its fairness key's next turn
+(the key's last start tag plus that job's advance, `10000 / weight` units, rounded, at least 1); `V` is the
 virtual time of the priority: one past the largest start tag granted so far. A key's jobs get increasing tags
 (FIFO within a key; one key alone is plain arrival order), a key that arrives late starts at `V` (about one
 round of the waiting keys), and two backlogged keys interleave in proportion to their weights. Jobs of keys
@@ -33,11 +33,11 @@ from broker.events import Scheduling
 
 PRIORITIES = (1, 2, 3, 4, 5)
 DEFAULT_PRIORITY = 3
-UNIT = 1_000  #: a weight-1 job's turn, in tag units
+UNIT = 10_000  #: a weight-1 job's turn, in tag units (a weight's rounding: at most weight / 20,000 off)
 BASE = 2**51  #: the first band's score; below it: resubmits and the places an older broker gave
-BAND = 2**48  #: one priority's room of tags
+BAND = 2**50  #: one priority's room of tags (1e11 weight-1 turns; the 5 bands end below 2**53)
 MAX_TAG = BAND - 1  #: tags saturate here rather than spill into the next priority
-#: The largest advance of one job (a weight below UNIT / MAX_ADVANCE, about 1e-6, counts as that weight), so
+#: The largest advance of one job (a weight below UNIT / MAX_ADVANCE, about 1e-5, counts as that weight), so
 #: a key of tiny weight cannot push the virtual time to the end of its band in a few jobs.
 MAX_ADVANCE = 2**30
 #: How often a replica that creates jobs re-reads V when no admission pass of its own brought it.
@@ -130,6 +130,27 @@ def resolve(
     return Scheduling(priority=priority, fairness_key=key, fairness_weight=float(weight))
 
 
+Head = tuple[float, str, int]  #: (score, job, partition) of a line's head, as a pass merges them
+
+
+def tied_at_cut(merged: Sequence[Head], most: int) -> list[Head]:
+    """The heads whose order a pass of `most` must learn from their arrival: those sharing a score with another of
+    the heads it grants, or with the first one it leaves (one score: keys without a turn, between two grants)."""
+    window = merged[: most + 1]
+    shared = {score for score, *_ in window if sum(1 for other, *_ in window if other == score) > 1}
+    return [head for head in merged if head[0] in shared]
+
+
+def by_arrival(merged: Sequence[Head], arrived: Mapping[str, float | None]) -> list[Head]:
+    """`merged` with the jobs of `arrived` (all of one score) in arrival order, unknown arrivals last, then by id."""
+    return sorted(merged, key=lambda head: (head[0], _arrival(arrived, head[1]), head[1]))
+
+
+def _arrival(arrived: Mapping[str, float | None], job_id: str) -> float:
+    value = arrived.get(job_id)
+    return math.inf if value is None else float(value)
+
+
 @frozen
 class KeyLoad:
     key: str
@@ -158,6 +179,7 @@ class FairLine:
     turns: dict[tuple[int, str], int] = field(factory=dict)
     virtual: list[int] = field(factory=lambda: [0] * len(PRIORITIES))
     lines: dict[int, list[tuple[int, str]]] = field(factory=dict)
+    arrived: dict[str, int] = field(factory=dict)  #: job -> arrival rank (the listing's queued index)
 
     def enter(self, job_id: str, scheduling: Scheduling, partition: int, virtual: int | None = None) -> int:
         p, key = scheduling.priority, scheduling.fairness_key
@@ -167,6 +189,7 @@ class FairLine:
         self.turns[(p, key)] = turn
         place = score(p, tag)
         heapq.heappush(self.lines.setdefault(partition % self.partitions, []), (place, job_id))
+        self.arrived[job_id] = len(self.arrived)
         return place
 
     def resubmit(self, job_id: str, created_ms: int, partition: int) -> None:
@@ -174,7 +197,13 @@ class FairLine:
 
     def take(self, most: int) -> list[str]:
         """One pass: the `most` smallest heads over every partition (each line read `most` deep), merged."""
-        heads = sorted(item for line in self.lines.values() for item in heapq.nsmallest(most, line))[:most]
+        merged = sorted(
+            (float(place), job, 0) for line in self.lines.values() for place, job in heapq.nsmallest(most, line)
+        )
+        tied = tied_at_cut(merged, most)
+        if tied:
+            merged = by_arrival(merged, {job: self.arrived.get(job) for _, job, _ in tied})
+        heads = [(int(place), job) for place, job, _ in merged[:most]]
         for place, job_id in heads:
             for line in self.lines.values():
                 if (place, job_id) in line:

@@ -177,8 +177,9 @@ class AdmissionStore:
         self._heard.add(partition)
 
     async def _heads(self, most: int, partitions: Iterable[int]) -> list[tuple[str, str, int]]:
-        """The oldest `most` waiting jobs over the lines of `partitions`, oldest first, as (job, a new lease
-        token, partition); what is left in each line is remembered for the next pass."""
+        """The first `most` waiting jobs over the lines of `partitions`, in line order, as (job, a new lease
+        token, partition); what is left in each line is remembered for the next pass. When jobs of one score
+        straddle the cut, one more read orders them by arrival (the listing's queued index)."""
         read = list(partitions)
         full = len(read) == keys.PARTITIONS
         self._heard.clear()
@@ -193,6 +194,13 @@ class AdmissionStore:
         if full:
             self._drifted = [p for p, counted in zip(read, replies[1::2], strict=True) if counted and not lines[p]]
         merged = sorted((score, job_id, partition) for partition, line in lines.items() for job_id, score in line)
+        tied = fair.tied_at_cut(merged, most)
+        if tied:  # jobs of one tag (keys without a turn, between two grants) straddle the cut: the oldest go first
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for _, job_id, partition in tied:
+                    pipe.zscore(keys.runs_index(partition, JobStatus.QUEUED.value), job_id)
+                arrived = await pipe.execute()
+            merged = fair.by_arrival(merged, dict(zip((job for _, job, _ in tied), arrived, strict=True)))
         heads = [(job_id, new_token(), partition) for _, job_id, partition in merged[:most]]
         taken = {partition: 0 for partition in read}
         for _, _, partition in heads:

@@ -12,7 +12,7 @@
 -- Returns the number of reservations given back
 local expiry, g = tonumber(ARGV[1]) + tonumber(ARGV[2]), tonumber(ARGV[3])
 local probe = redis.call('HGET', KEYS[1], 'probe')
-local base, band, tags = 2 ^ 51, 2 ^ 48, {}
+local base, band, tags = 2 ^ 51, 2 ^ 50, {}
 for i = 4, 3 + 3 * g, 3 do
   local reservation, job = ARGV[i], ARGV[i + 1]
   local place = tonumber(ARGV[i + 2])

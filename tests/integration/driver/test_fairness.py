@@ -13,7 +13,7 @@ from broker.store import keys
 from tests.conftest import BOTH_BACKENDS
 from tests.integration.conftest import ClientFactory
 from tests.integration.driver.conftest import create, eventually, settled
-from tests.integration.driver.test_admission import create_keys, readiness
+from tests.integration.driver.test_admission import create_keys, displacement, readiness
 
 pytestmark = BOTH_BACKENDS
 
@@ -153,3 +153,17 @@ async def test_a_line_written_by_the_previous_broker_is_driven_to_the_end_first(
     assert create_keys(sim, 202) == [*(job_id for _, job_id in sorted(places)), new[1], new[0]]
     assert (await readiness(replica))["admission"]["line"] == 0
     assert [await redis.exists(keys.fair(p)) for p in keys.partitions()] == [0] * keys.PARTITIONS
+
+
+async def test_one_job_keys_that_share_a_turn_go_in_arrival_order(
+    make_client: ClientFactory, make_replica: ClientFactory, sim: Simulator
+) -> None:
+    # Given ten users' single jobs created before any grant (all at one start tag, in ten partitions or fewer)
+    client = await make_client()
+    users = [await submit(client, f"user {i}", key=f"user-{i}") for i in range(10)]
+    # When a replica drives them one at a time, Then Hermes gets them in arrival order (not by job id; two creates
+    # of one millisecond may swap)
+    replica = await make_replica(hermes_max_concurrent=1)
+    await all_settled(replica, users)
+    assert sorted(create_keys(sim, 202)) == sorted(users)
+    assert displacement(create_keys(sim, 202), users) <= 1

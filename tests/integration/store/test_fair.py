@@ -53,7 +53,7 @@ async def test_creates_get_the_places_of_the_pure_model(redis: Redis) -> None:
                 fairness_weight=rng.choice([0.001, 0.3, 1.0, 2.5, 7.0, 1_000.0]),
             )
             if rng.random() < 0.3:  # the line moved on: this replica learnt a larger V
-                v[scheduling.priority - 1] += rng.randrange(0, 5_000)
+                v[scheduling.priority - 1] += rng.randrange(0, 50_000)
             virtual.learn(v, T0)
             expected = model.enter(job_id(seed * 100 + i), scheduling, 0, virtual=virtual.tag(scheduling.priority))
             await create(store, seed * 100 + i, scheduling)
@@ -61,7 +61,7 @@ async def test_creates_get_the_places_of_the_pure_model(redis: Redis) -> None:
 
 
 async def test_the_grant_keeps_v_and_every_pass_returns_it(redis: Redis) -> None:
-    # Given three jobs of priority 2 of one key, placed at tags 0, 1000, 2000
+    # Given three jobs of priority 2 of one key, placed at tags 0, 10000, 20000
     store = JobStore(redis, retention_ms=600_000)
     for i in range(3):
         await create(store, i, Scheduling(priority=2, fairness_key="k"))
@@ -70,13 +70,13 @@ async def test_the_grant_keeps_v_and_every_pass_returns_it(redis: Redis) -> None
     grants = await admission.admit(T0, 5)
     assert grants.jobs == [job_id(0), job_id(1)]
     # Then V of priority 2 is one past the larger tag granted, and the next pass brings it to this replica
-    assert await redis.hget(keys.ADMISSION_STATE, "v2") == "1001"
+    assert await redis.hget(keys.ADMISSION_STATE, "v2") == "10001"
     await admission.admit(T0 + 1, 5)
-    assert admission.virtual.tag(2) == 1_001 and admission.virtual.tag(3) == 0
+    assert admission.virtual.tag(2) == 10_001 and admission.virtual.tag(3) == 0
     # and a replica that creates reads it when its own is stale: a new key starts at V, before k's next job
     late = JobStore(redis, retention_ms=600_000)
     await create(late, 10, Scheduling(priority=2, fairness_key="late"), at_ms=T0 + 5_000)
-    assert await place(redis, 10) == fair.score(2, 1_001) < fair.score(2, 2_000) == await place(redis, 2)
+    assert await place(redis, 10) == fair.score(2, 10_001) < fair.score(2, 20_000) == await place(redis, 2)
 
 
 async def test_counts_of_waiting_jobs_follow_the_line_and_go_away_with_it(redis: Redis) -> None:

@@ -71,15 +71,15 @@ def run(
 
 
 def test_advance_is_a_thousandth_of_a_turn_per_unit_of_weight_and_clamped() -> None:
-    assert fair.advance(1.0) == 1_000 and fair.advance(3.0) == 333 and fair.advance(2.0 / 3) == 1_500
-    assert fair.advance(1_000.0) == 1  # the heaviest weight still moves its key
+    assert fair.advance(1.0) == 10_000 and fair.advance(3.0) == 3_333 and fair.advance(2.0 / 3) == 15_000
+    assert fair.advance(1_000.0) == 10 and fair.advance(700.0) == 14  # the heaviest weights are still told apart
     assert fair.advance(1e-12) == fair.MAX_ADVANCE and fair.advance(1e-300) == fair.MAX_ADVANCE
 
 
 def test_a_start_tag_is_the_later_of_the_keys_turn_and_the_virtual_time_and_saturates_in_its_band() -> None:
-    assert fair.start(None, 5_000, 1_000) == (5_000, 6_000)
-    assert fair.start(9_000, 5_000, 500) == (9_000, 9_500)
-    assert fair.start(fair.MAX_TAG - 1, 0, 1_000) == (fair.MAX_TAG - 1, fair.MAX_TAG)
+    assert fair.start(None, 50_000, 10_000) == (50_000, 60_000)
+    assert fair.start(90_000, 50_000, 5_000) == (90_000, 95_000)
+    assert fair.start(fair.MAX_TAG - 1, 0, 10_000) == (fair.MAX_TAG - 1, fair.MAX_TAG)
 
 
 @given(st.sampled_from(fair.PRIORITIES), st.integers(0, fair.MAX_TAG))
@@ -150,7 +150,7 @@ def test_backlogged_keys_share_in_proportion_to_their_weights(weights: list[floa
     for k, weight in enumerate(weights):
         ideal = taken * (1 / fair.advance(weight)) / total
         assert abs(sum(j.startswith(f"{k}:") for j in order) - ideal) <= len(weights), (k, weight, order)
-        assert math.isclose(1 / fair.advance(weight), weight / 1_000, rel_tol=0.01)
+        assert math.isclose(1 / fair.advance(weight), weight / fair.UNIT, rel_tol=0.01)
 
 
 @settings(max_examples=100, deadline=None)
@@ -169,7 +169,7 @@ def test_a_late_key_starts_within_about_one_round_of_the_waiting_keys(backlog: i
         order += line.take(1)
     b_at = [order.index(f"b{i}") for i in range(3)]
     assert b_at[0] <= 1
-    assert b_at[2] <= 2 * (3 + math.ceil(1_000 / fair.advance(weight) / 1_000)) + 2
+    assert b_at[2] <= 2 * (3 + math.ceil(fair.UNIT / fair.advance(weight) / fair.UNIT)) + 2
 
 
 @settings(max_examples=100, deadline=None)
@@ -222,3 +222,25 @@ def test_a_stream_of_one_job_keys_starves_nobody(seed: int, arriving: int, serve
             if waited[later][0] < waited[job][0]:  # `later` arrived first but went after `job`
                 assert waited[later][1] == waited[job][1]
                 assert waited[job][0] <= first_taken[waited[job][1]]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 60), st.integers(1, 7))
+def test_one_job_keys_that_tie_go_in_arrival_order(count: int, most: int) -> None:
+    # Given a burst of one-job keys created between two grants (one tag), one per partition
+    line = FairLine(partitions=64)
+    for index in range(count):
+        line.enter(job_id(index), Scheduling(fairness_key=f"user-{index}"), index)
+    # When passes take them, Then they go in arrival order, not by job id
+    order: list[str] = []
+    while line.waiting():
+        order += line.take(most)
+    assert arrival(order) == list(range(count))
+
+
+def test_ties_are_reordered_only_among_the_heads_a_pass_reaches() -> None:
+    merged = [(1.0, "b", 0), (1.0, "a", 1), (2.0, "c", 2), (3.0, "d", 3)]
+    assert fair.tied_at_cut(merged, 1) == fair.tied_at_cut(merged, 3) == merged[:2]
+    assert fair.tied_at_cut(merged[1:], 3) == []
+    assert fair.by_arrival(merged, {"b": 5.0, "a": None}) == merged  # an unknown arrival goes last
+    assert fair.by_arrival(merged, {"b": 5.0, "a": 4.0}) == [merged[1], merged[0], *merged[2:]]
