@@ -201,8 +201,10 @@ class FairLine:
             (float(place), job, 0) for line in self.lines.values() for place, job in heapq.nsmallest(most, line)
         )
         tied = tied_at_cut(merged, most)
-        if tied:
-            merged = by_arrival(merged, {job: self.arrived.get(job) for _, job, _ in tied})
+        if tied:  # as admission_ties.lua: every job of that score, in every line
+            others = [head for head in merged if head[0] != tied[0][0]]
+            every = [(float(p), job, 0) for line in self.lines.values() for p, job in line if p == tied[0][0]]
+            merged = by_arrival(others + every, {job: self.arrived.get(job) for _, job, _ in every})
         heads = [(int(place), job) for place, job, _ in merged[:most]]
         for place, job_id in heads:
             for line in self.lines.values():

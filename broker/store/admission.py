@@ -195,12 +195,8 @@ class AdmissionStore:
             self._drifted = [p for p, counted in zip(read, replies[1::2], strict=True) if counted and not lines[p]]
         merged = sorted((score, job_id, partition) for partition, line in lines.items() for job_id, score in line)
         tied = fair.tied_at_cut(merged, most)
-        if tied:  # jobs of one tag (keys without a turn, between two grants) straddle the cut: the oldest go first
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for _, job_id, partition in tied:
-                    pipe.zscore(keys.runs_index(partition, JobStatus.QUEUED.value), job_id)
-                arrived = await pipe.execute()
-            merged = fair.by_arrival(merged, dict(zip((job for _, job, _ in tied), arrived, strict=True)))
+        if tied:  # jobs of one tag (keys without a turn, between two grants) among the heads: the oldest go first
+            merged = await self._by_arrival(merged, tied, most)
         heads = [(job_id, new_token(), partition) for _, job_id, partition in merged[:most]]
         taken = {partition: 0 for partition in read}
         for _, _, partition in heads:
@@ -211,6 +207,25 @@ class AdmissionStore:
             elif partition not in self._heard:  # a job heard of while the read was on its way may be newer
                 self._waiting.discard(partition)
         return heads
+
+    async def _by_arrival(self, merged: list[fair.Head], tied: list[fair.Head], most: int) -> list[fair.Head]:
+        """`merged` with the jobs of the tied score in arrival order: the oldest `most` of that score in each
+        partition that holds some (a line's read showed the smallest ids only), one script per partition."""
+        score = tied[0][0]
+        partitions = sorted({partition for _, _, partition in tied})
+        calls: list[tuple[list[str], list[str | int]]] = [
+            ([keys.line(p), keys.runs_index(p, JobStatus.QUEUED.value)], [repr(score), most]) for p in partitions
+        ]
+        arrived: dict[str, float | None] = {}
+        found: list[fair.Head] = []
+        replies = await run_many(self._redis, self._scripts.admission_ties, calls)
+        for partition, reply in zip(partitions, replies, strict=True):
+            items = _ints_and_ids(reply)
+            for job_id, at in zip(items[::2], items[1::2], strict=True):
+                arrived[job_id] = float(at) if at else None
+                found.append((score, job_id, partition))
+        others = [head for head in merged if head[0] != score]
+        return fair.by_arrival(others + found, arrived)
 
     async def accepted(self, job_id: str, now_ms: int) -> Acceptance:
         p = self.pacing

@@ -40,6 +40,7 @@ NAMES = (
     "admission_claim",
     "admission_enter",
     "admission_fair_clear",
+    "admission_ties",
     "fair_turn",
     "board_ack",
     "board_promote",
@@ -77,6 +78,7 @@ class Scripts:
         self.admission_claim: AsyncScript = redis.register_script(source("admission_claim"))
         self.admission_enter: AsyncScript = redis.register_script(source("admission_enter"))
         self.admission_fair_clear: AsyncScript = redis.register_script(source("admission_fair_clear"))
+        self.admission_ties: AsyncScript = redis.register_script(source("admission_ties"))
         self.fair_turn: AsyncScript = redis.register_script(source("fair_turn"))
 
     async def run(

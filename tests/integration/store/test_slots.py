@@ -168,6 +168,20 @@ async def _stop_waiting(redis: Redis) -> object:
     return await store.append(JOB, [stop, finished], view, expected_last_id=None, before=snapshot.view)
 
 
+async def _admit_with_ties(redis: Redis) -> object:
+    store = JobStore(redis, retention_ms=60_000)
+    for i, key in enumerate(("u1", "u2", "u3")):  # one start tag: keys without a turn, before any grant
+        event = JobCreated(
+            job_id=f"job_{i:032x}", at_ms=1_000 + i, body="{}", fingerprint="f", scheduling=Scheduling(fairness_key=key)
+        )
+        view = apply(None, event)
+        assert view is not None
+        await store.create(event, view)
+    grants = await _admission(redis).admit(2_000, 5)  # ties among the heads: admission_ties.lua per partition
+    assert grants.jobs == ["job_" + "0" * 32, f"job_{1:032x}"]
+    return grants
+
+
 async def _admit_with_a_waiting_job(redis: Redis) -> object:
     await _create(redis)  # enters the job's partition line
     grants = await _admission(redis).admit(1_000, 5)  # reserve ({adm}), claim ({pN}), grant+give back ({adm})
@@ -249,6 +263,7 @@ SINGLE_SLOT: list[tuple[str, Operation]] = [
     ("fair_turn + append_events (create with a fairness key)", _create_keyed),
     ("admission_enter", _enter),
     ("admission_fair_clear", _fair_clear),
+    ("admission_ties (a pass that reaches jobs of one start tag)", _admit_with_ties),
     ("append_events (a stop leaves the line and the key's count)", _stop_waiting),
     ("replace_view (and the rebuild's MULTI read)", _replace_view),
     ("board_ack", _board_ack),
@@ -265,7 +280,7 @@ SINGLE_SLOT: list[tuple[str, Operation]] = [
 COVERED = {
     "append_events", "acquire_lease", "renew_lease", "release_lease", "promote_due", "admission_admit",
     "admission_claim", "admission_grant", "admission_accepted", "admission_refused", "admission_release",
-    "admission_requeue", "admission_enter", "admission_fair_clear", "fair_turn",
+    "admission_requeue", "admission_enter", "admission_fair_clear", "admission_ties", "fair_turn",
     "replace_view", "board_ack", "board_promote", "release_lock",
     "reindex_job",
 }  # fmt: skip
