@@ -10,8 +10,9 @@ sorted set per partition and a pass still merges the partitions' heads (DESIGN Â
 virtual time of the priority: one past the largest start tag granted so far. A key's jobs get increasing tags
 (FIFO within a key; one key alone is plain arrival order), a key that arrives late starts at `V` (about one
 round of the waiting keys), and two backlogged keys interleave in proportion to their weights. Jobs of keys
-without a turn that arrive between two grants share a tag (they sort by job id); the `+1` puts every later
-arrival behind them, so a stream of one-job keys cannot starve the one with the largest id. Bands keep priorities
+without a turn that arrive between two grants share a tag: a pass that reaches them orders them by arrival
+(`tied_at_cut`, `by_arrival`), and the `+1` puts every later arrival behind them, so a stream of one-job keys
+never starves anybody. Bands keep priorities
 strict; everything below BASE sorts ahead of every band: resubmits (`created_ms`, ~1.8e12) and the first
 attempts an older broker placed (`created_ms * 1000`, ~1.8e15).
 
