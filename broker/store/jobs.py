@@ -75,8 +75,13 @@ class JobStore:
     async def create(self, event: JobCreated, view: JobView, board: BoardWrite | None = None) -> Created:
         """Store `event` and its view, put the job in the admission line and ring the work stream for it,
         unless the job id exists already. Its place in the line is its start tag in its fairness key's turn
-        (SPEC S4.2), taken first (in the key's partition); a replayed create takes a turn it does not use."""
-        place = await self._turn(view, event.at_ms)
+        (SPEC S4.2): on a cluster taken first, in the key's partition (a replayed create takes a turn it does not
+        use); on a single Redis inside the job write."""
+        turn, args = await self._turn(view, event.at_ms)
+        place = None
+        if self._cluster:
+            reply = await self._scripts.fair_turn(keys=[turn], args=args)
+            place = fair.score(view.scheduling.priority, int(reply.decode() if isinstance(reply, bytes) else reply))
         reply = await self._write(
             event.job_id,
             [event],
@@ -86,6 +91,7 @@ class JobStore:
             due_at=event.at_ms + self._hold_ms,
             board=board,
             place=place,
+            turn=None if self._cluster else (turn, args),
         )
         if reply[0] == "OK":
             if self._cluster:  # the doorbells (hints: the line is looked at anyway) are other slots there
@@ -95,22 +101,14 @@ class JobStore:
         existing = decode_view(reply[1]) or (await self._refold(event.job_id)).view
         return Created(Snapshot(existing, ""), created=False)
 
-    async def _turn(self, view: JobView, now_ms: int) -> int:
-        """A new job's score in the line: its priority's band plus its start tag (fair_turn.lua)."""
+    async def _turn(self, view: JobView, now_ms: int) -> tuple[str, list[str | int]]:
+        """The turns key of a new job's fairness key and priority, and fair_turn.lua's ARGV for it."""
         scheduling = view.scheduling
         if self._virtual.stale(now_ms):  # no admission pass of this replica brought V lately
             self._virtual.learn(await read_virtual(self._redis), now_ms)
-        reply = await self._scripts.fair_turn(
-            keys=[keys.turns(keys.fairness_partition(scheduling.fairness_key), scheduling.priority)],
-            args=[
-                scheduling.fairness_key,
-                self._virtual.tag(scheduling.priority),
-                fair.advance(scheduling.fairness_weight),
-                fair.MAX_TAG,
-            ],
-        )
-        tag = int(reply.decode() if isinstance(reply, bytes) else str(reply))
-        return fair.score(scheduling.priority, tag)
+        key = keys.turns(keys.fairness_partition(scheduling.fairness_key), scheduling.priority)
+        virtual = self._virtual.tag(scheduling.priority)
+        return key, [scheduling.fairness_key, virtual, fair.advance(scheduling.fairness_weight), fair.MAX_TAG]
 
     async def append(
         self,
@@ -163,9 +161,10 @@ class JobStore:
         board: BoardWrite | None = None,
         before: JobView | None = None,
         place: int | None = None,
+        turn: tuple[str, list[str | int]] | None = None,
     ) -> list[str]:
         """One append_events.lua over the job's partition (one slot; on a single Redis also the work stream,
-        when `ring`); acknowledged after WAIT when asked."""
+        when `ring`, and the turns of a new job's fairness key, `turn`); acknowledged after WAIT when asked."""
         write: dict[str, object] = {
             "job": job_id,
             "expect": expected,
@@ -186,6 +185,16 @@ class JobStore:
             write["place"] = str(place if place is not None else fair.front(scheduling.priority))
             write["fair"] = {"key": scheduling.fairness_key, "weight": repr(scheduling.fairness_weight)}
             write["joined"] = {"channel": keys.SIGNALS, "message": signals.joined_message(job_id)}
+            if turn is not None:
+                key, virtual, step, most = turn[1]
+                band = fair.front(scheduling.priority)
+                write["turn"] = {
+                    "key": key,
+                    "v": str(virtual),
+                    "advance": str(step),
+                    "most": str(most),
+                    "band": str(band),
+                }
         elif view.status.terminal:
             write["line"] = "leave"
         if expected == "$new" or (view.status.terminal and not (before and before.status.terminal)):
@@ -203,7 +212,7 @@ class JobStore:
                 }
         reply = await self._scripts.run(
             self._scripts.append_events,
-            keys=[*_write_keys(job_id), *([] if self._cluster else [keys.WORK])],
+            keys=[*_write_keys(job_id), *([] if self._cluster else [keys.WORK]), *([turn[0]] if turn else [])],
             args=[orjson.dumps(write), encode_view(view), state, report, *(encode(event) for event in events)],
         )
         return as_strings(reply)

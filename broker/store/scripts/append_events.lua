@@ -10,6 +10,7 @@
 --   (one slot: every key above carries the job's partition tag {pN})
 -- KEYS[13+w.statuses] work stream: only on a single Redis (with `ring`), where the doorbell costs no round
 --   trip of its own; on a cluster it is another slot, and the caller rings it after the script
+-- KEYS[14+w.statuses] the turns zset of the job's fairness key and priority: only on a single Redis, with `turn`
 -- ARGV[1] the write, a JSON object of strings:
 --   job        the job id
 --   expect     '' = do not check, '$new' = create only if the job does not exist, else the expected last id
@@ -24,6 +25,9 @@
 --   line       'enter': the job joins the admission line at `place` (arrival order);
 --              'leave': it leaves the line (it is terminal)
 --   place      with 'enter': its score in the line (SPEC S4.2: broker/admission/fair.py)
+--   turn       with 'enter', on a single Redis: {key, v, advance, most, band}: the job takes its fairness key's
+--              turn here, with fair_turn.lua's numbers (on a cluster that script runs before, in the key's
+--              partition, and gives `place`); its place is `band` + its start tag. A replay takes none
 --   fair       with 'enter', present: {key, weight}, the job's fairness key and weight: the job is counted among
 --              the key's waiting jobs in KEYS[12] while it waits in a priority band (a score >= 2^51, SPEC S4.2);
 --              a terminal write that takes it off the line uncounts it (the key is in the view JSON, ARGV[2])
@@ -70,9 +74,19 @@ local function counted(key, by, weight)
     redis.call('HSET', KEYS[12], 'w:' .. key, weight)
   end
 end
+local last_status = 12 + tonumber(w.statuses)
 if w.line == 'enter' then
-  redis.call('ZADD', KEYS[9], w.place, w.job)
-  if w.fair and tonumber(w.place) >= 2 ^ 51 then
+  local place = w.place
+  local t = w.turn
+  if t then
+    local turns, v, most = KEYS[last_status + 2], tonumber(t.v), tonumber(t.most)
+    local s = math.min(math.max(tonumber(redis.call('ZSCORE', turns, t.key) or '0'), v), most)
+    redis.call('ZREMRANGEBYSCORE', turns, '-inf', string.format('%.0f', v))
+    redis.call('ZADD', turns, string.format('%.0f', math.min(s + tonumber(t.advance), most)), t.key)
+    place = string.format('%.0f', tonumber(t.band) + s)
+  end
+  redis.call('ZADD', KEYS[9], place, w.job)
+  if w.fair and tonumber(place) >= 2 ^ 51 then
     counted(w.fair.key, 1, w.fair.weight)
   end
   if w.joined then
@@ -98,7 +112,6 @@ redis.call('PEXPIRE', KEYS[2], w.retention)
 if w.due then
   redis.call('ZADD', KEYS[4], w.due, w.job)
 end
-local last_status = 12 + tonumber(w.statuses)
 if w.ring and KEYS[last_status + 1] then
   redis.call('XADD', KEYS[last_status + 1], 'MAXLEN', '~', 100000, '*', w.ring, w.job)
 end
