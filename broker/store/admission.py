@@ -5,11 +5,14 @@ per partition (`hbr:{pN}:line`, entered and left by the job write). A pass (`adm
 however many jobs it grants:
   1. reserves up to n slots in `{adm}` (admission_admit.lua: the limit, probe pacing; a reservation counts
      against the limit but is no live run); none: done (one round trip at the limit);
-  2. reads the heads of the partition lines (one pipeline, n each) and merges them oldest first;
-  3. claims the n oldest heads (admission_claim.lua per head, in one pipeline; each in the job's slot: off
+  2. reads the heads of the partition lines (one pipeline, n each) and merges them by score (SPEC S4.2: the
+     score is a job's priority band and start tag; heads that share a score are read whole and ordered by
+     arrival, admission_ties.lua, one more round trip only then);
+  3. claims the first n heads (admission_claim.lua per head, in one pipeline; each in the job's slot: off
      the line, its run lease taken, due for takeover, its view read); a head another replica took is
      skipped;
-  4. gives the claimed jobs their reserved slots and the unused reservations back (admission_grant.lua).
+  4. gives the claimed jobs their reserved slots and the unused reservations back (admission_grant.lua, which
+     also moves each priority's virtual time V past the tags it granted; step 1 returns V to the replica).
 A crash between steps loses nothing: a reservation expires by itself (RUNS_LEASE) and a claimed job is
 due for takeover. A slot is keyed by its job: the job's run lease decides who holds it, its expiry
 (renewed with the lease) returns a dead replica's slots within RUNS_LEASE.
@@ -178,8 +181,8 @@ class AdmissionStore:
 
     async def _heads(self, most: int, partitions: Iterable[int]) -> list[tuple[str, str, int]]:
         """The first `most` waiting jobs over the lines of `partitions`, in line order, as (job, a new lease
-        token, partition); what is left in each line is remembered for the next pass. When jobs of one score
-        straddle the cut, one more read orders them by arrival (the listing's queued index)."""
+        token, partition); what is left in each line is remembered for the next pass. When jobs of one score are
+        among the heads it reaches, one more read orders them by arrival (the listing's queued index)."""
         read = list(partitions)
         full = len(read) == keys.PARTITIONS
         self._heard.clear()
@@ -297,10 +300,6 @@ class AdmissionStore:
         await self._scripts.admission_enter(
             keys=[keys.line(partition), keys.view(job_id), keys.fair(partition)], args=[job_id, place]
         )
-
-    async def load_virtual(self, now_ms: int) -> None:
-        """Learn V before this replica's first pass, so its first creates do not start at 0."""
-        self.virtual.learn(await read_virtual(self._redis), now_ms)
 
     async def state(self, now_ms: int, *, lines: bool = True) -> LineState:
         """The shared figures; without `lines` the 64 lines are not read (`waiting` 0, `oldest_wait_ms`
