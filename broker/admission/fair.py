@@ -12,12 +12,11 @@ virtual time of the priority: one past the largest start tag granted so far. A k
 round of the waiting keys), and two backlogged keys interleave in proportion to their weights. Jobs of keys
 without a turn that arrive between two grants share a tag: a pass that reaches them orders them by arrival
 (`tied_at_cut`, `by_arrival`), and the `+1` puts every later arrival behind them, so a stream of one-job keys
-never starves anybody. Bands keep priorities
-strict; everything below BASE sorts ahead of every band: resubmits (`created_ms`, ~1.8e12) and the first
-attempts an older broker placed (`created_ms * 1000`, ~1.8e15).
+never starves anybody. Bands keep priorities strict; everything below BASE sorts ahead of every band: resubmits
+(`created_ms`, ~1.8e12) and the first attempts an older broker placed (`created_ms * 1000`, ~1.8e15).
 
 Where the numbers live (broker/store): `F` per key and priority in the key's own partition (`turns`, written by
-fair_turn.lua before the job write), `V` in the admission state (kept by the grant, returned by every pass and
+the job write on a single Redis, by fair_turn.lua before it on a cluster), `V` in the admission state (kept by the grant, returned by every pass and
 cached per replica in `VirtualTimes`). All of it is below 2**53, so a double holds it exactly, in Lua too.
 """
 
