@@ -16,8 +16,9 @@ never starves anybody. Bands keep priorities strict; everything below BASE sorts
 (`created_ms`, ~1.8e12) and the first attempts an older broker placed (`created_ms * 1000`, ~1.8e15).
 
 Where the numbers live (broker/store): `F` per key and priority in the key's own partition (`turns`, written by
-the job write on a single Redis, by fair_turn.lua before it on a cluster), `V` in the admission state (kept by the grant, returned by every pass and
-cached per replica in `VirtualTimes`). All of it is below 2**53, so a double holds it exactly, in Lua too.
+the job write on a single Redis, by fair_turn.lua before it on a cluster), `V` in the admission state (kept by
+the grant, returned by every pass and cached per replica in `VirtualTimes`), a job's created ms (the tie-break)
+in its partition's `arrivals`. All of it is below 2**53, so a double holds it exactly, in Lua too.
 """
 
 from __future__ import annotations
@@ -179,7 +180,7 @@ class FairLine:
     turns: dict[tuple[int, str], int] = field(factory=dict)
     virtual: list[int] = field(factory=lambda: [0] * len(PRIORITIES))
     lines: dict[int, list[tuple[int, str]]] = field(factory=dict)
-    arrived: dict[str, int] = field(factory=dict)  #: job -> arrival rank (the listing's queued index)
+    arrived: dict[str, int] = field(factory=dict)  #: job -> arrival rank (the store: `arrivals`, created ms)
 
     def enter(self, job_id: str, scheduling: Scheduling, partition: int, virtual: int | None = None) -> int:
         p, key = scheduling.priority, scheduling.fairness_key

@@ -182,7 +182,7 @@ class AdmissionStore:
     async def _heads(self, most: int, partitions: Iterable[int]) -> list[tuple[str, str, int]]:
         """The first `most` waiting jobs over the lines of `partitions`, in line order, as (job, a new lease
         token, partition); what is left in each line is remembered for the next pass. When jobs of one score are
-        among the heads it reaches, one more read orders them by arrival (the listing's queued index)."""
+        among the heads it reaches, one more read orders them by arrival (their created ms)."""
         read = list(partitions)
         full = len(read) == keys.PARTITIONS
         self._heard.clear()
@@ -212,12 +212,12 @@ class AdmissionStore:
         return heads
 
     async def _by_arrival(self, merged: list[fair.Head], tied: list[fair.Head], most: int) -> list[fair.Head]:
-        """`merged` with the jobs of the tied score in arrival order: the oldest `most` of that score in each
-        partition that holds some (a line's read showed the smallest ids only), one script per partition."""
+        """`merged` with the jobs of the tied score in arrival order (created ms): the oldest `most` of that score
+        in each partition that holds some (a line's read showed the smallest ids only), one script per partition."""
         score = tied[0][0]
         partitions = sorted({partition for _, _, partition in tied})
         calls: list[tuple[list[str], list[str | int]]] = [
-            ([keys.line(p), keys.runs_index(p, JobStatus.QUEUED.value)], [repr(score), most]) for p in partitions
+            ([keys.line(p), keys.arrivals(p)], [repr(score), most]) for p in partitions
         ]
         arrived: dict[str, float | None] = {}
         found: list[fair.Head] = []

@@ -184,6 +184,7 @@ class JobStore:
             write["line"] = "enter"
             write["place"] = str(place if place is not None else fair.front(scheduling.priority))
             write["fair"] = {"key": scheduling.fairness_key, "weight": repr(scheduling.fairness_weight)}
+            write["arrived"] = str(view.created_at_ms)
             write["joined"] = {"channel": keys.SIGNALS, "message": signals.joined_message(job_id)}
             if turn is not None:
                 key, virtual, step, most = turn[1]
@@ -286,6 +287,7 @@ def _partition_write_keys(partition: int) -> tuple[str, ...]:
         keys.runs(partition),
         keys.scratch(partition),
         keys.fair(partition),
+        keys.arrivals(partition),
         *(keys.runs_index(partition, status.value) for status in JobStatus),
     )
 

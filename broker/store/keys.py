@@ -16,6 +16,8 @@ hbr:{pN}:line                zset    jobs waiting for Hermes -> score (S4.1, S4.
 hbr:{pN}:fair                hash    per fairness key with waiting jobs in the         none; job write, claim,
                                      partition: `n:<key>` their count, `w:<key>` its     enter; a pass clears it
                                      weight (S4.2: /readyz top keys)                     when the line is empty
+hbr:{pN}:arrivals             zset    job id -> created ms, while the job lives (S4.2:   past RUNS_RETENTION;
+                                     a pass orders jobs of one score by it)              job write
 hbr:{pN}:turns:<prio>        zset    fairness key of this partition -> its next start  none; fair_turn.lua
                                      tag in the priority (F, S4.2); F <= V is dropped    before a create
 hbr:{pN}:board:outbox        stream  due board deliveries; group `senders`             acked; job write, promoter
@@ -125,6 +127,11 @@ def line(partition: int) -> str:
 def fair(partition: int) -> str:
     """Waiting jobs per fairness key in the partition's line, and the keys' weights (SPEC S4.2)."""
     return f"{_tag(partition)}:fair"
+
+
+def arrivals(partition: int) -> str:
+    """Jobs of the partition that have not ended -> their created ms (the line's tie-break, SPEC S4.2)."""
+    return f"{_tag(partition)}:arrivals"
 
 
 def turns(partition: int, priority: int) -> str:

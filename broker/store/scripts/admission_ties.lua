@@ -1,7 +1,8 @@
 -- The jobs of one partition's admission line that share one score (SPEC S4.2: keys without a turn, created
--- between two grants, get one start tag), oldest first by the listing's queued index (their arrival; unknown
--- last), at most ARGV[2] of them: a pass that reaches such a tie grants them in arrival order. Read only.
--- KEYS[1] partition line zset   KEYS[2] partition listing index of queued jobs   (one slot: {pN})
+-- between two grants, get one start tag), oldest first by their created ms (the arrivals zset the job write
+-- keeps; unknown last), at most ARGV[2] of them: a pass that reaches such a tie grants them in arrival order.
+-- Read only.
+-- KEYS[1] partition line zset   KEYS[2] partition arrivals zset   (one slot: {pN})
 -- ARGV[1] the score   ARGV[2] how many
 -- Returns {job, arrival ms ('' = unknown), ...}
 local members = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[1], ARGV[1], 'LIMIT', 0, 1000)

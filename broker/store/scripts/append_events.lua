@@ -5,18 +5,18 @@
 -- KEYS[5] job board hash   KEYS[6] partition board outbox   KEYS[7] partition board due zset
 -- KEYS[8] partition board index zset   KEYS[9] partition admission line zset
 -- KEYS[10] partition listing index of every job   KEYS[11] partition scratch key (compaction)
--- KEYS[12] partition fair hash (waiting jobs per fairness key)
--- KEYS[13..12+w.statuses] partition listing index of each job status
+-- KEYS[12] partition fair hash (waiting jobs per fairness key)   KEYS[13] partition arrivals zset
+-- KEYS[14..13+w.statuses] partition listing index of each job status
 --   (one slot: every key above carries the job's partition tag {pN})
--- KEYS[13+w.statuses] work stream: only on a single Redis (with `ring`), where the doorbell costs no round
+-- KEYS[14+w.statuses] work stream: only on a single Redis (with `ring`), where the doorbell costs no round
 --   trip of its own; on a cluster it is another slot, and the caller rings it after the script
--- KEYS[14+w.statuses] the turns zset of the job's fairness key and priority: only on a single Redis, with `turn`
+-- KEYS[15+w.statuses] the turns zset of the job's fairness key and priority: only on a single Redis, with `turn`
 -- ARGV[1] the write, a JSON object of strings:
 --   job        the job id
 --   expect     '' = do not check, '$new' = create only if the job does not exist, else the expected last id
 --   token      the lease token that fences the write ('' = not fenced)
 --   retention  ms every job key lives after this write
---   statuses   how many status indexes follow KEYS[12]
+--   statuses   how many status indexes follow KEYS[13]
 --   compact    present: the stream gets no more appends for a while (a create, a terminal write): copy it
 --              and rename the copy over it, which frees the room Redis reserves at the end of a stream's
 --              last node (about 4 KB) and keeps the ids, the last id and the TTL
@@ -28,6 +28,8 @@
 --   turn       with 'enter', on a single Redis: {key, v, advance, most, band}: the job takes its fairness key's
 --              turn here, with fair_turn.lua's numbers (on a cluster that script runs before, in the key's
 --              partition, and gives `place`); its place is `band` + its start tag. A replay takes none
+--   arrived    with 'enter': the job's created ms, kept in KEYS[13] until it ends (a pass orders jobs of one
+--              score by it, admission_ties.lua); entries older than the retention are trimmed
 --   fair       with 'enter', present: {key, weight}, the job's fairness key and weight: the job is counted among
 --              the key's waiting jobs in KEYS[12] while it waits in a priority band (a score >= 2^51, SPEC S4.2);
 --              a terminal write that takes it off the line uncounts it (the key is in the view JSON, ARGV[2])
@@ -36,7 +38,7 @@
 --   board      present: a new board version {at, change ('1' = state change), expire (epoch ms),
 --              refresh (ms), now (epoch ms)}
 --   index      present (the job's status or updated_at changed): the listing entry {score (the view's
---              updated_at ms), key (the index of its status, one of KEYS[13..]), from (present: the index of
+--              updated_at ms), key (the index of its status, one of KEYS[14..]), from (present: the index of
 --              its previous status), sweep (present: previous status unknown, leave every other index)}
 -- ARGV[2] job view JSON   ARGV[3] board fold state JSON ('' = no board)   ARGV[4] board report ('' = none)
 -- ARGV[5..] event JSONs, oldest first
@@ -74,7 +76,7 @@ local function counted(key, by, weight)
     redis.call('HSET', KEYS[12], 'w:' .. key, weight)
   end
 end
-local last_status = 12 + tonumber(w.statuses)
+local last_status = 13 + tonumber(w.statuses)
 if w.line == 'enter' then
   local place = w.place
   local t = w.turn
@@ -86,6 +88,10 @@ if w.line == 'enter' then
     place = string.format('%.0f', tonumber(t.band) + s)
   end
   redis.call('ZADD', KEYS[9], place, w.job)
+  if w.arrived then
+    redis.call('ZADD', KEYS[13], w.arrived, w.job)
+    redis.call('ZREMRANGEBYSCORE', KEYS[13], '-inf', '(' .. (tonumber(w.arrived) - tonumber(w.retention)))
+  end
   if w.fair and tonumber(place) >= 2 ^ 51 then
     counted(w.fair.key, 1, w.fair.weight)
   end
@@ -93,6 +99,7 @@ if w.line == 'enter' then
     redis.call('PUBLISH', w.joined.channel, w.joined.message)
   end
 elseif w.line == 'leave' then
+  redis.call('ZREM', KEYS[13], w.job)
   local place = redis.call('ZSCORE', KEYS[9], w.job)
   if place then
     redis.call('ZREM', KEYS[9], w.job)
@@ -122,7 +129,7 @@ if x then
   -- its status, out of its previous status's index. Entries past the retention of this write's time are
   -- trimmed from the indexes a job enters (their jobs have expired; the reader skips them too).
   local target, from = nil, nil
-  for i = 13, last_status do
+  for i = 14, last_status do
     if KEYS[i] == x.key then
       target = KEYS[i]
     elseif KEYS[i] == x.from or x.sweep then

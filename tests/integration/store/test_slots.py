@@ -317,6 +317,7 @@ def test_every_key_of_a_job_write_maps_to_one_slot(job_id: str) -> None:
         keys.board_due(partition),
         keys.board_index(partition),
         keys.fair(partition),
+        keys.arrivals(partition),
         keys.runs(partition),
     ]
     assert len({key_slot(key.encode()) for key in job_write}) == 1
