@@ -10,7 +10,7 @@ from redis.asyncio import Redis
 
 from broker.admission import fair
 from broker.admission.fair import FairLine
-from broker.events import JobCreated, JobFinished, JobStatus, Scheduling, StopRequested
+from broker.events import HoldReason, JobCreated, JobFinished, JobStatus, Scheduling, StopRequested
 from broker.store import keys
 from broker.store.admission import AdmissionStore, Pacing
 from broker.store.jobs import JobStore
@@ -142,3 +142,35 @@ async def test_a_legacy_line_entry_goes_ahead_of_every_band(redis: Redis) -> Non
     assert line.ahead == 2 and line.by_priority == (1, 0, 1, 0, 0)
     # When a pass grants all, Then the resubmit and the legacy job go first, then the priorities
     assert (await admission.admit(T0, 4)).jobs == [job_id(4), job_id(3), job_id(1), job_id(2)]
+
+
+async def test_jobs_of_one_start_tag_go_oldest_first_even_after_a_refusal(redis: Redis) -> None:
+    # Given three one-job keys created at one V (one start tag), in arrival order 0, 1, 2
+    store = JobStore(redis, retention_ms=600_000)
+    for i in range(3):
+        await create(store, i, Scheduling(fairness_key=f"user-{i}"), at_ms=T0 + i)
+    admission = AdmissionStore(redis, Pacing(pinned=1))
+    # When the oldest is granted, refused by Hermes (back in line at its place), and the line moves again
+    assert (await admission.admit(T0 + 10, 5)).jobs == [job_id(0)]
+    await admission.refused(
+        job_id(0), T0 + 20, reason=HoldReason.BUSY, detail="Full.", retry_after_ms=None, jitter=0.0, place="0"
+    )
+    await redis.delete(keys.lease(job_id(0)))
+    await redis.hset(keys.ADMISSION_STATE, "refusing", "")  # type: ignore[misc]
+    # Then it is still the first of its tag (its created ms, not its last change), then 1, then 2
+    assert (await admission.admit(T0 + 30, 5)).jobs == [job_id(0)]
+    await admission.release(job_id(0), freed=True)
+    assert (await admission.admit(T0 + 40, 5)).jobs == [job_id(1)]
+    # and a waiting job keeps its arrival until it ends
+    arrivals = keys.arrivals(keys.partition_of(job_id(2)))
+    assert await redis.zscore(arrivals, job_id(2)) == T0 + 2
+    snapshot = await store.load(job_id(2))
+    assert snapshot is not None
+    stop = [
+        StopRequested(job_id=job_id(2), at_ms=T0 + 50),
+        JobFinished(job_id=job_id(2), at_ms=T0 + 50, status=JobStatus.CANCELLED, error_code="stopped"),
+    ]
+    stopped = fold(stop, snapshot.view)
+    assert stopped is not None
+    await store.append(job_id(2), stop, stopped, expected_last_id=snapshot.last_id, before=snapshot.view)
+    assert await redis.zscore(arrivals, job_id(2)) is None
