@@ -3,7 +3,9 @@
 
 Fields at their defaults are left out of what is stored, so a default is part of the stored format: it never
 changes, and a field that has none never gets one (every version of broker/events.py so far keeps to this;
-a replica that reads an event without the field then reads the same value).
+a replica that reads an event without the field then reads the same value). `JobCreated.scheduling` (SPEC S4.2)
+is such a field: an event written before it, or with the defaults (priority 3, key "", weight 1.0), stores none,
+and reads as those defaults; an older replica ignores it. A stored view likewise (`JobView.scheduling`).
 
 **Packed entries** (SPEC S3.6). A run relays one `HermesEventRecorded` per chunk of its answer, and each one,
 stored as a full event, repeats what every event of the attempt shares: the job id, the Hermes run id, the

@@ -19,6 +19,8 @@ SECRET_PREFIX = "whsec_"  #: Standard Webhooks' symmetric secret form: the prefi
 SECRET_BYTES = (24, 64)  #: the key length Standard Webhooks asks of a symmetric secret (192 to 512 bits)
 #: variables whose value never appears in an error message
 _HIDDEN = frozenset({"HERMES_API_KEY", "BOARD_SIGNING_SECRET"})
+FAIRNESS_DEFAULTS = ("session_key", "session_id", "none")  #: ADMISSION_FAIRNESS_DEFAULT (SPEC S4.2)
+MAX_FAIRNESS_WEIGHT = 1_000.0
 
 
 @frozen(kw_only=True)
@@ -36,6 +38,8 @@ class Config:
     hermes_api_key: str | None = attrs.field(default=None, repr=False)  # a secret: never printed
     hermes_timeout_ms: int = 30_000
     hermes_max_concurrent: int = 0  #: 0 = learn the limit from Hermes's answers (SPEC S4.1)
+    admission_fairness_default: str = "session_key"  #: a job's key when it names none (SPEC S4.2)
+    admission_fairness_weights: tuple[tuple[str, float], ...] = ()  #: weights per key, winning over a create's
     runs_concurrency: int = 64
     runs_hold_ms: int = 2_400_000
     runs_resubmit: int = 3
@@ -175,6 +179,25 @@ def _choice(options: tuple[str, ...]) -> Callable[[str], str]:
     return parse
 
 
+def _weights(raw: str) -> tuple[tuple[str, float], ...]:
+    """`key=weight,key=weight` (a key may hold `=`: the last one separates the weight); 0 < weight <= 1000."""
+    pairs: dict[str, float] = {}
+    for item in raw.split(","):
+        if not item.strip():
+            continue
+        key, sep, number = item.strip().rpartition("=")
+        if not sep or not key:
+            raise ValueError(f"has {item.strip()!r}, not key=weight")
+        try:
+            weight = float(number)
+        except ValueError:
+            raise ValueError(f"has a weight that is not a number: {number!r}") from None
+        if not 0 < weight <= MAX_FAIRNESS_WEIGHT:
+            raise ValueError(f"has a weight out of range (0, 1000]: {number!r}")
+        pairs[key] = weight
+    return tuple(pairs.items())
+
+
 def _text(raw: str) -> str:
     return raw
 
@@ -220,6 +243,8 @@ _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "HERMES_API_KEY": ("hermes_api_key", _optional_text),
     "HERMES_TIMEOUT": ("hermes_timeout_ms", _integer(1)),
     "HERMES_MAX_CONCURRENT": ("hermes_max_concurrent", _integer(0)),
+    "ADMISSION_FAIRNESS_DEFAULT": ("admission_fairness_default", _choice(FAIRNESS_DEFAULTS)),
+    "ADMISSION_FAIRNESS_WEIGHTS": ("admission_fairness_weights", _weights),
     "RUNS_CONCURRENCY": ("runs_concurrency", _integer(1)),
     "RUNS_HOLD": ("runs_hold_ms", _integer(0)),
     "RUNS_RESUBMIT": ("runs_resubmit", _integer(0)),

@@ -67,6 +67,18 @@ class Reporting:
 
 
 @frozen(kw_only=True)
+class Scheduling:
+    """A job's resolved place in the line (SPEC S4.2): its priority, fairness key and weight.
+
+    A job stored before scheduling existed reads as these defaults (priority 3, the empty key, weight 1).
+    """
+
+    priority: int = 3  #: 1 goes first
+    fairness_key: str = ""  #: every job without a key shares the empty key
+    fairness_weight: float = 1.0  #: each job advances its key's turn by 1/weight
+
+
+@frozen(kw_only=True)
 class JobCreated:
     job_id: str
     at_ms: int
@@ -81,6 +93,7 @@ class JobCreated:
     #: W3C trace context of the create's span (SPEC S6.1): every later span of the job is its child;
     #: None: the create was not traced.
     traceparent: str | None = None
+    scheduling: Scheduling = field(factory=Scheduling)  #: absent from events written before S4.2
 
 
 @frozen(kw_only=True)

@@ -34,12 +34,19 @@ class Metrics:
                 ("limit", "The admission limit on live runs."),
                 ("limit_learnt", "1 when the limit is learnt, 0 when HERMES_MAX_CONCURRENT pins it."),
                 ("line_length", "Jobs waiting in the admission line."),
-                ("oldest_wait_seconds", "How long the head of the line has waited."),
+                ("oldest_wait_seconds", "How long the oldest queued job has waited."),
                 ("refusing", "1 while Hermes refuses creates."),
                 ("probes", "Probes sent while Hermes refused (all replicas)."),
                 ("refused", "Creates Hermes refused (all replicas)."),
             )
         }
+
+        self.admission_waiting = Gauge(
+            "hbr_admission_waiting",
+            "First attempts waiting in the admission line, per priority (SPEC S4.2).",
+            ["priority"],
+            registry=r,
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -24,6 +24,7 @@ from broker.events import (
     RunAccepted,
     RunInterrupted,
     RunResubmitted,
+    Scheduling,
     StopRequested,
     UnknownEvent,
 )
@@ -54,6 +55,7 @@ class JobView:
     model: str | None = None
     context: Context | None = None
     reporting: Reporting = field(factory=Reporting)
+    scheduling: Scheduling = field(factory=Scheduling)  #: its place in the line (SPEC S4.2)
     last_event: str | None = "job.queued"
     attempt: int = 1  #: the attempt being driven (accepted or not yet)
     attempts: int = 0  #: runs Hermes accepted
@@ -98,6 +100,7 @@ def _created(event: JobCreated) -> JobView:
         model=event.model,
         context=event.context,
         reporting=event.reporting,
+        scheduling=event.scheduling,
     )
 
 

@@ -27,6 +27,7 @@ from broker.events import (
     RunAccepted,
     RunInterrupted,
     RunResubmitted,
+    Scheduling,
     StopRequested,
     UnknownEvent,
 )
@@ -63,6 +64,12 @@ contexts = st.builds(
     links=st.none() | st.lists(links, max_size=10).map(tuple),
 )
 reportings = st.builds(Reporting, board=st.booleans(), post=st.booleans())
+schedulings = st.builds(
+    Scheduling,
+    priority=st.integers(1, 5),
+    fairness_key=st.just("") | texts,
+    fairness_weight=st.floats(min_value=1e-6, max_value=1_000, allow_nan=False),
+)
 
 
 traceparents = st.builds(
@@ -87,6 +94,7 @@ def created(job_id: str = JOB_ID) -> st.SearchStrategy[JobCreated]:
         context=st.none() | contexts,
         reporting=reportings,
         traceparent=st.none() | traceparents,
+        scheduling=schedulings,
     )
 
 

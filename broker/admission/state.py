@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from attrs import frozen
 
+from broker.admission import fair
 from broker.events import HoldReason
 from projections.job import Hold, JobView
 
@@ -25,13 +26,16 @@ class LineState:
     learnt: bool  #: False: pinned by HERMES_MAX_CONCURRENT
     live: int  #: runs (and creates in flight) holding an admission slot
     waiting: int  #: jobs in the line
-    oldest_wait_ms: int | None  #: how long the line's head has waited
+    oldest_wait_ms: int | None  #: how long the oldest queued job has waited (by the listing's queued index)
     refusing: HoldReason | None = None  #: Hermes refuses creates (the last refusal's reason)
     detail: str = ""  #: the last refusal's words
     since_ms: int = 0  #: when the refusal began
     retry_at_ms: int = 0  #: when the next probe may go
     probes: int = 0  #: probes sent while Hermes refused (a counter)
     refused: int = 0  #: creates Hermes refused (a counter)
+    by_priority: tuple[int, ...] = (0,) * len(fair.PRIORITIES)  #: first attempts waiting, per priority (S4.2)
+    ahead: int = 0  #: waiting ahead of every priority: resubmits, and jobs an older broker placed
+    keys: tuple[fair.KeyLoad, ...] = ()  #: the fairness keys with the most waiting jobs
 
     @property
     def full(self) -> bool:
@@ -59,18 +63,7 @@ def shown_hold(view: JobView, line: LineState, now_ms: int) -> Hold | None:
 
 
 def line_place(view: JobView) -> str:
-    """The job's score in the admission line (SPEC S4.1): arrival order, a resubmit at the front.
-
-    A first attempt is placed by its `created_at` (ms * 1000, so callers see the order the line keeps);
-    a resubmit by its created ms alone, which sorts ahead of every first attempt.
-    """
-    return str(view.created_at_ms * 1000 if view.attempt == 1 else view.created_at_ms)
-
-
-def oldest_wait_ms(place: str | None, now_ms: int) -> int | None:
-    """How long the job at `place` (its score in the line, see `line_place`) has waited."""
-    if place is None:
-        return None
-    value = int(float(place))
-    created_ms = value // 1000 if value >= 10**14 else value
-    return max(0, now_ms - created_ms)
+    """The job's score in the admission line (SPEC S4.1, S4.2) when the line lost the one it was given: a resubmit
+    by its created ms (ahead of every first attempt); a first attempt at the front of its priority's band (its
+    start tag was taken in its key's turn at create, fair.py; a lost one is not computed again)."""
+    return str(fair.front(view.scheduling.priority) if view.attempt == 1 else view.created_at_ms)

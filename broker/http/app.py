@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
+from broker.admission.fair import FairnessSettings, VirtualTimes
 from broker.board.projector import BoardSettings
 from broker.board.service import BoardService
 from broker.clock import Clock, SystemClock
@@ -118,14 +119,16 @@ def _redis_context(url: str | None) -> Callable[[web.Application], AsyncIterator
         log.info("Connected to Redis.", extra={"redis": _safe(url), "cluster": config.redis_cluster})
         app[redis_key] = redis
         durability = Durability(config.redis_wait_replicas, config.redis_wait_timeout_ms)
+        virtual = VirtualTimes()  # the line's virtual time (SPEC S4.2): passes learn it, creates read it
         app[store_key] = JobStore(
             redis,
             retention_ms=config.runs_retention_ms,
             hold_ms=config.runs_hold_ms,
             durability=durability,
             delta_retention_ms=config.runs_delta_retention_ms,
+            virtual=virtual,
         )
-        app[admission_key] = AdmissionStore(redis, Pacing.from_config(config))
+        app[admission_key] = AdmissionStore(redis, Pacing.from_config(config), virtual)
         board = BoardSettings.from_config(config)
         app[writer_key] = Writer(app[store_key], app[clock_key], app[metrics_key], board)
         app[service_key] = JobService(
@@ -135,6 +138,7 @@ def _redis_context(url: str | None) -> Callable[[web.Application], AsyncIterator
             redis=redis,
             hermes=app[hermes_key],
             admission=app[admission_key],
+            fairness=FairnessSettings.from_config(config),
         )
         yield
         await redis.aclose()

@@ -74,6 +74,8 @@ async def _admission(app: web.Application) -> dict[str, object]:
         ("refused", line.refused),
     ):
         gauges[name].set(value)
+    for priority, count in enumerate(line.by_priority, start=1):
+        metrics.admission_waiting.labels(str(priority)).set(count)
     return {
         "live": line.live,
         "limit": line.limit,
@@ -86,6 +88,9 @@ async def _admission(app: web.Application) -> dict[str, object]:
         "oldest_wait_ms": line.oldest_wait_ms,
         "probes": line.probes,
         "refused": line.refused,
+        "waiting_by_priority": {str(priority): count for priority, count in enumerate(line.by_priority, start=1)},
+        "waiting_ahead": line.ahead,  # resubmits, and first attempts an older broker placed
+        "top_keys": [{"key": load.key, "waiting": load.waiting, "weight": load.weight} for load in line.keys],
     }
 
 

@@ -51,6 +51,12 @@ def job_object(view: JobView) -> dict[str, Any]:
     if view.context is not None:
         document["context"] = context_object(view.context)
     document["reporting"] = {"board": view.reporting.board, "post": view.reporting.post}
+    scheduling = view.scheduling
+    document["scheduling"] = {
+        "priority": scheduling.priority,
+        "fairness_key": scheduling.fairness_key,
+        "fairness_weight": scheduling.fairness_weight,
+    }
     if view.dropped_deltas:
         document["dropped_deltas"] = view.dropped_deltas
     return document

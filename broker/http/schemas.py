@@ -10,6 +10,8 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from broker.admission.fair import PRIORITIES, SchedulingRequest
+from broker.config import MAX_FAIRNESS_WEIGHT
 from broker.errors import InvalidRequest
 from broker.events import Context, Link, Reporting
 from broker.ids import fingerprint
@@ -22,6 +24,7 @@ MAX_TITLE = 500
 MAX_LINKS = 10
 MAX_LINK_TEXT = 100
 MAX_URL = 2048
+MAX_FAIRNESS_KEY = 64
 #: A plain http(s) URL: lowercase scheme, an ASCII host name without user info, an optional port, then a path,
 #: query, fragment or nothing. Every such URL passes the full check (`url_problem`), which this only saves.
 _PLAIN_URL = re.compile(r"https?://[A-Za-z0-9.-]+(?::[0-9]*)?(?:[/?#]|\Z)")
@@ -42,6 +45,7 @@ def parse_create(raw: bytes, headers: Mapping[str, str]) -> CreateRun:
         model=body.get("model"),
         context=parse_context(payload.get("context")) if "context" in payload else None,
         reporting=parse_reporting(payload.get("reporting")) if "reporting" in payload else Reporting(),
+        scheduling=parse_scheduling(payload["scheduling"]) if "scheduling" in payload else SchedulingRequest(),
     )
 
 
@@ -204,6 +208,34 @@ def parse_reporting(value: Any) -> Reporting:
                 raise InvalidRequest("invalid_reporting", f"{path} must be a boolean", param=path)
             flags[name] = value[name]
     return Reporting(**flags)
+
+
+def parse_scheduling(value: Any) -> SchedulingRequest:
+    """`scheduling` (SPEC S4.2): null counts as a wrong value, anywhere; unknown fields inside are ignored."""
+    if not isinstance(value, dict):
+        raise _scheduling("scheduling", "must be an object")
+    priority = value.get("priority")
+    if "priority" in value and (type(priority) is not int or priority not in PRIORITIES):
+        raise _scheduling("scheduling.priority", "must be an integer from 1 to 5")
+    key = value.get("fairness_key")
+    if "fairness_key" in value and (
+        not isinstance(key, str)
+        or not 1 <= len(key) <= MAX_FAIRNESS_KEY
+        or not all(0x21 <= ord(c) <= 0x7E for c in key)
+    ):
+        raise _scheduling("scheduling.fairness_key", "must be 1-64 visible ASCII characters")
+    weight = value.get("fairness_weight")
+    if "fairness_weight" in value and (
+        not isinstance(weight, int | float) or isinstance(weight, bool) or not 0 < weight <= MAX_FAIRNESS_WEIGHT
+    ):  # NaN fails the comparison
+        raise _scheduling("scheduling.fairness_weight", "must be a number greater than 0 and at most 1000")
+    return SchedulingRequest(
+        priority=priority, fairness_key=key, fairness_weight=None if weight is None else float(weight)
+    )
+
+
+def _scheduling(path: str, rule: str) -> InvalidRequest:
+    return InvalidRequest("invalid_scheduling", f"{path} {rule}", param=path)
 
 
 _CHOICES = {

@@ -5,8 +5,9 @@ Parsing them from HTTP is `broker/http/schemas.py`; the service and the driver o
 
 from __future__ import annotations
 
-from attrs import frozen
+from attrs import field, frozen
 
+from broker.admission.fair import SchedulingRequest
 from broker.events import Context, Reporting
 
 
@@ -22,6 +23,7 @@ class CreateRun:
     model: str | None
     context: Context | None
     reporting: Reporting
+    scheduling: SchedulingRequest = field(factory=SchedulingRequest)  #: as given; resolved by the service (SPEC S4.2)
 
 
 @frozen

@@ -9,6 +9,7 @@ from attrs import evolve, frozen
 from redis.asyncio import Redis
 
 from broker import tracing
+from broker.admission.fair import FairnessSettings, resolve
 from broker.admission.state import shown_hold
 from broker.clock import Clock
 from broker.errors import Conflict, IdempotencyConflict, Unavailable
@@ -45,8 +46,10 @@ class JobService:
         redis: Redis,
         hermes: HermesClient,
         admission: AdmissionStore | None = None,
+        fairness: FairnessSettings | None = None,
     ) -> None:
         self._writer = writer
+        self._fairness = fairness or FairnessSettings()
         self._admission = admission
         self._clock = clock
         self._metrics = metrics
@@ -71,6 +74,12 @@ class JobService:
             context=request.context,
             reporting=request.reporting,
             traceparent=traceparent,
+            scheduling=resolve(
+                request.scheduling,
+                session_key=request.session_key,
+                session_id=request.session_id,
+                settings=self._fairness,
+            ),
         )
         outcome = await self._writer.create(event)
         existing = outcome.snapshot.view

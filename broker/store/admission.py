@@ -5,11 +5,14 @@ per partition (`hbr:{pN}:line`, entered and left by the job write). A pass (`adm
 however many jobs it grants:
   1. reserves up to n slots in `{adm}` (admission_admit.lua: the limit, probe pacing; a reservation counts
      against the limit but is no live run); none: done (one round trip at the limit);
-  2. reads the heads of the partition lines (one pipeline, n each) and merges them oldest first;
-  3. claims the n oldest heads (admission_claim.lua per head, in one pipeline; each in the job's slot: off
+  2. reads the heads of the partition lines (one pipeline, n each) and merges them by score (SPEC S4.2: the
+     score is a job's priority band and start tag; heads that share a score are read whole and ordered by
+     arrival, admission_ties.lua, one more round trip only then);
+  3. claims the first n heads (admission_claim.lua per head, in one pipeline; each in the job's slot: off
      the line, its run lease taken, due for takeover, its view read); a head another replica took is
      skipped;
-  4. gives the claimed jobs their reserved slots and the unused reservations back (admission_grant.lua).
+  4. gives the claimed jobs their reserved slots and the unused reservations back (admission_grant.lua, which
+     also moves each priority's virtual time V past the tags it granted; step 1 returns V to the replica).
 A crash between steps loses nothing: a reservation expires by itself (RUNS_LEASE) and a claimed job is
 due for takeover. A slot is keyed by its job: the job's run lease decides who holds it, its expiry
 (renewed with the lease) returns a dead replica's slots within RUNS_LEASE.
@@ -28,9 +31,10 @@ from typing import cast
 from attrs import frozen
 from redis.asyncio import Redis
 
-from broker.admission.state import INITIAL_LIMIT, QUIET_MS, LineState, oldest_wait_ms
+from broker.admission import fair
+from broker.admission.state import INITIAL_LIMIT, QUIET_MS, LineState
 from broker.config import Config
-from broker.events import HoldReason
+from broker.events import HoldReason, JobStatus
 from broker.store import keys
 from broker.store.leases import new_token
 from broker.store.scripts import Scripts, run_many
@@ -97,10 +101,12 @@ class Pacing:
 
 
 class AdmissionStore:
-    def __init__(self, redis: Redis, pacing: Pacing) -> None:
+    def __init__(self, redis: Redis, pacing: Pacing, virtual: fair.VirtualTimes | None = None) -> None:
         self._redis = redis
         self._scripts = Scripts(redis)
         self.pacing = pacing
+        self.virtual = virtual or fair.VirtualTimes()  #: V per priority, learnt with every pass (SPEC S4.2)
+        self._drifted: list[int] = []  #: partitions read with an empty line but counts of waiting jobs
         self._waiting: set[int] = set()  #: partitions last seen (or heard) with waiting jobs, by this replica
         self._heard: set[int] = set()  #: partitions heard of since the last read began (it may predate the job)
         self._full_read_at = -FULL_READ_MS  #: when a pass last read every partition (epoch ms)
@@ -117,7 +123,8 @@ class AdmissionStore:
                 keys=_RESERVE_KEYS, args=[now_ms, most, p.slot_ttl_ms, p.pinned, INITIAL_LIMIT, new_token()]
             )
         )
-        wake, reservations = int(reply[0]), reply[1:]
+        wake, reservations = int(reply[0]), reply[6:]
+        self.virtual.learn([int(float(tag)) for tag in reply[1:6]], now_ms)
         if not reservations:
             return Grants([], wake or None)  # at the limit, or pacing a refusal: one round trip
         if full:
@@ -134,6 +141,7 @@ class AdmissionStore:
                         keys.due(partition),
                         keys.view(job_id),
                         keys.events(job_id),
+                        keys.fair(partition),
                     ],
                     [job_id, token, p.slot_ttl_ms, now_ms + p.slot_ttl_ms],
                 )
@@ -157,6 +165,12 @@ class AdmissionStore:
         await self._scripts.admission_grant(
             keys=_RESERVE_KEYS, args=[now_ms, p.slot_ttl_ms, len(grants), *triples, *reservations[len(grants) :]]
         )
+        if self._drifted:  # rare: jobs moved by an older broker's scripts, which do not count them
+            drifted, self._drifted = self._drifted, []
+            calls: list[tuple[list[str], list[str]]] = [
+                ([keys.line(partition), keys.fair(partition)], []) for partition in drifted
+            ]
+            await run_many(self._redis, self._scripts.admission_fair_clear, calls)
         return Grants(grants, wake or None)
 
     def heard(self, job_id: str) -> None:
@@ -166,16 +180,26 @@ class AdmissionStore:
         self._heard.add(partition)
 
     async def _heads(self, most: int, partitions: Iterable[int]) -> list[tuple[str, str, int]]:
-        """The oldest `most` waiting jobs over the lines of `partitions`, oldest first, as (job, a new lease
-        token, partition); what is left in each line is remembered for the next pass."""
+        """The first `most` waiting jobs over the lines of `partitions`, in line order, as (job, a new lease
+        token, partition); what is left in each line is remembered for the next pass. When jobs of one score are
+        among the heads it reaches, one more read orders them by arrival (their created ms)."""
         read = list(partitions)
+        full = len(read) == keys.PARTITIONS
         self._heard.clear()
         async with self._redis.pipeline(transaction=False) as pipe:
             for partition in read:  # raw: redis-py's pairing of scores cost more than the read itself
                 pipe.execute_command("ZRANGE", keys.line(partition), 0, most - 1, "WITHSCORES")
+                if full:
+                    pipe.exists(keys.fair(partition))
             replies = await pipe.execute()
-        lines = {partition: _scored(reply) for partition, reply in zip(read, replies, strict=True)}
+        step = 2 if full else 1
+        lines = {partition: _scored(reply) for partition, reply in zip(read, replies[::step], strict=True)}
+        if full:
+            self._drifted = [p for p, counted in zip(read, replies[1::2], strict=True) if counted and not lines[p]]
         merged = sorted((score, job_id, partition) for partition, line in lines.items() for job_id, score in line)
+        tied = fair.tied_at_cut(merged, most)
+        if tied:  # jobs of one tag (keys without a turn, between two grants) among the heads: the oldest go first
+            merged = await self._by_arrival(merged, tied, most)
         heads = [(job_id, new_token(), partition) for _, job_id, partition in merged[:most]]
         taken = {partition: 0 for partition in read}
         for _, _, partition in heads:
@@ -186,6 +210,25 @@ class AdmissionStore:
             elif partition not in self._heard:  # a job heard of while the read was on its way may be newer
                 self._waiting.discard(partition)
         return heads
+
+    async def _by_arrival(self, merged: list[fair.Head], tied: list[fair.Head], most: int) -> list[fair.Head]:
+        """`merged` with the jobs of the tied score in arrival order (created ms): the oldest `most` of that score
+        in each partition that holds some (a line's read showed the smallest ids only), one script per partition."""
+        score = tied[0][0]
+        partitions = sorted({partition for _, _, partition in tied})
+        calls: list[tuple[list[str], list[str | int]]] = [
+            ([keys.line(p), keys.arrivals(p)], [repr(score), most]) for p in partitions
+        ]
+        arrived: dict[str, float | None] = {}
+        found: list[fair.Head] = []
+        replies = await run_many(self._redis, self._scripts.admission_ties, calls)
+        for partition, reply in zip(partitions, replies, strict=True):
+            items = _ints_and_ids(reply)
+            for job_id, at in zip(items[::2], items[1::2], strict=True):
+                arrived[job_id] = float(at) if at else None
+                found.append((score, job_id, partition))
+        others = [head for head in merged if head[0] != score]
+        return fair.by_arrival(others + found, arrived)
 
     async def accepted(self, job_id: str, now_ms: int) -> Acceptance:
         p = self.pacing
@@ -250,38 +293,73 @@ class AdmissionStore:
             await self._redis.zadd(keys.ADMISSION_LIVE, mapping, xx=renew_only)
 
     async def enter(self, job_id: str, place: str) -> None:
-        """Make sure a waiting job is in the line (jobs of an older broker, or after a lost write)."""
+        """Make sure a waiting job is in the line (jobs of an older broker, or after a lost write), counted among
+        its fairness key's waiting jobs when it was not."""
         self.heard(job_id)
-        await self._redis.zadd(keys.line(keys.partition_of(job_id)), {job_id: float(place)}, nx=True)
+        partition = keys.partition_of(job_id)
+        await self._scripts.admission_enter(
+            keys=[keys.line(partition), keys.view(job_id), keys.fair(partition)], args=[job_id, place]
+        )
 
     async def state(self, now_ms: int, *, lines: bool = True) -> LineState:
         """The shared figures; without `lines` the 64 lines are not read (`waiting` 0, `oldest_wait_ms`
-        None): what a waiting job's hold needs is the limit, the live runs and the refusal."""
+        None): what a waiting job's hold needs is the limit, the live runs and the refusal. With them: the waiting
+        jobs per priority band, the fairness keys with most waiting jobs, and the oldest queued job's age (the
+        listing's queued index: a line's score is no time any more, SPEC S4.2), in one pipeline."""
+        bands = [
+            (fair.front(p), f"({fair.front(p + 1)}" if p < fair.PRIORITIES[-1] else "+inf") for p in fair.PRIORITIES
+        ]
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.hgetall(keys.ADMISSION_STATE)
             pipe.zcount(keys.ADMISSION_LIVE, f"({now_ms}", "+inf")
             for partition in keys.partitions() if lines else ():
-                pipe.zcard(keys.line(partition))
-                pipe.execute_command("ZRANGE", keys.line(partition), 0, 0, "WITHSCORES")
+                line = keys.line(partition)
+                pipe.zcount(line, "-inf", f"({fair.BASE}")  # ahead of the bands
+                for low, high in bands:
+                    pipe.zcount(line, low, high)
+                pipe.hgetall(keys.fair(partition))
+                pipe.execute_command("ZRANGE", keys.runs_index(partition, JobStatus.QUEUED.value), 0, 0, "WITHSCORES")
             fields, live, *read = await pipe.execute()
         s = cast(dict[str, str], fields)
         refusing = s.get("refusing", "")
-        waiting = sum(int(count) for count in read[::2])
-        heads = sorted((score, job_id) for head in read[1::2] for job_id, score in _scored(head))
+        per = 3 + len(fair.PRIORITIES)
+        counts = [read[i : i + per] for i in range(0, len(read), per)]
+        ahead = sum(int(c[0]) for c in counts)
+        by_priority = tuple(sum(int(c[1 + i]) for c in counts) for i in range(len(fair.PRIORITIES)))
+        oldest = min((score for c in counts for _, score in _scored(c[-1])), default=None)
+        loads = fair.top_keys(entry for c in counts for entry in _key_counts(cast(dict[str, str], c[-2])))
         pinned = self.pacing.pinned
         return LineState(
             limit=pinned or int(s.get("limit") or INITIAL_LIMIT),
             learnt=pinned == 0,
             live=int(live),
-            waiting=waiting,
-            oldest_wait_ms=oldest_wait_ms(repr(heads[0][0]) if heads else None, now_ms),
+            waiting=ahead + sum(by_priority),
+            oldest_wait_ms=None if oldest is None else max(0, now_ms - int(oldest)),
             refusing=HoldReason(refusing) if refusing in _REASONS else None,
             detail=s.get("detail", ""),
             since_ms=int(s.get("since") or 0),
             retry_at_ms=int(s.get("retry_at") or 0),
             probes=int(s.get("probes") or 0),
             refused=int(s.get("refused") or 0),
+            by_priority=by_priority,
+            ahead=ahead,
+            keys=tuple(loads),
         )
+
+
+def _key_counts(counted: dict[str, str]) -> list[tuple[str, int, float]]:
+    """(key, waiting jobs, weight) from a partition's fair hash (`n:<key>`, `w:<key>`)."""
+    return [
+        (name[2:], int(value), float(counted.get(f"w:{name[2:]}") or 1.0))
+        for name, value in counted.items()
+        if name.startswith("n:")
+    ]
+
+
+async def read_virtual(redis: Redis) -> list[int]:
+    """The virtual time of each priority (SPEC S4.2) as the admission state keeps it."""
+    values = await redis.hmget(keys.ADMISSION_STATE, [f"v{priority}" for priority in fair.PRIORITIES])
+    return [int(float(value or 0)) for value in values]
 
 
 def _scored(reply: object) -> list[tuple[str, float]]:

@@ -10,11 +10,12 @@ import orjson
 from attrs import frozen
 from redis.asyncio import Redis
 
-from broker.admission.state import line_place
+from broker.admission import fair
 from broker.codec import decode, decode_board, decode_view, encode, encode_board, encode_view, pack
 from broker.errors import JobNotFound, LeaseLost, StreamConflict
 from broker.events import HermesEventRecorded, JobCreated, JobEvent, JobStatus, RunAccepted
 from broker.store import keys, signals
+from broker.store.admission import read_virtual
 from broker.store.connection import is_cluster
 from broker.store.durability import Durability
 from broker.store.entries import Entries, EventFormat
@@ -65,6 +66,7 @@ class JobStore:
         durability: Durability | None = None,
         packed: bool | None = None,
         delta_retention_ms: int = 0,
+        virtual: fair.VirtualTimes | None = None,
     ) -> None:
         """`packed`: pin whether relayed Hermes events are stored packed (None: the store's switch decides);
         `delta_retention_ms`: RUNS_DELTA_RETENTION (0: a job keeps its deltas as long as the rest)."""
@@ -72,6 +74,7 @@ class JobStore:
         self._delta_retention_ms = delta_retention_ms
         self._entries = Entries(redis)
         self.format = EventFormat(redis, packed)
+        self._virtual = virtual or fair.VirtualTimes()  #: V per priority, shared with the admission passes
         self._scripts = Scripts(redis, durability)
         self._cluster = is_cluster(redis)
         self._retention_ms = retention_ms
@@ -79,9 +82,24 @@ class JobStore:
 
     async def create(self, event: JobCreated, view: JobView, board: BoardWrite | None = None) -> Created:
         """Store `event` and its view, put the job in the admission line and ring the work stream for it,
-        unless the job id exists already."""
+        unless the job id exists already. Its place in the line is its start tag in its fairness key's turn
+        (SPEC S4.2): on a cluster taken first, in the key's partition (a replayed create takes a turn it does not
+        use); on a single Redis inside the job write."""
+        turn, args = await self._turn(view, event.at_ms)
+        place = None
+        if self._cluster:
+            reply = await self._scripts.fair_turn(keys=[turn], args=args)
+            place = fair.score(view.scheduling.priority, int(reply.decode() if isinstance(reply, bytes) else reply))
         reply = await self._write(
-            event.job_id, [event], view, expected="$new", ring="line", due_at=event.at_ms + self._hold_ms, board=board
+            event.job_id,
+            [event],
+            view,
+            expected="$new",
+            ring="line",
+            due_at=event.at_ms + self._hold_ms,
+            board=board,
+            place=place,
+            turn=None if self._cluster else (turn, args),
         )
         if reply[0] == "OK":
             if self._cluster:  # the doorbells (hints: the line is looked at anyway) are other slots there
@@ -90,6 +108,15 @@ class JobStore:
             return Created(Snapshot(view, reply[1], board.state if board else None), created=True)
         existing = decode_view(reply[1]) or (await self._refold(event.job_id)).view
         return Created(Snapshot(existing, ""), created=False)
+
+    async def _turn(self, view: JobView, now_ms: int) -> tuple[str, list[str | int]]:
+        """The turns key of a new job's fairness key and priority, and fair_turn.lua's ARGV for it."""
+        scheduling = view.scheduling
+        if self._virtual.stale(now_ms):  # no admission pass of this replica brought V lately
+            self._virtual.learn(await read_virtual(self._redis), now_ms)
+        key = keys.turns(keys.fairness_partition(scheduling.fairness_key), scheduling.priority)
+        virtual = self._virtual.tag(scheduling.priority)
+        return key, [scheduling.fairness_key, virtual, fair.advance(scheduling.fairness_weight), fair.MAX_TAG]
 
     async def append(
         self,
@@ -141,9 +168,11 @@ class JobStore:
         due_at: int | None = None,
         board: BoardWrite | None = None,
         before: JobView | None = None,
+        place: int | None = None,
+        turn: tuple[str, list[str | int]] | None = None,
     ) -> list[str]:
         """One append_events.lua over the job's partition (one slot; on a single Redis also the work stream,
-        when `ring`); acknowledged after WAIT when asked."""
+        when `ring`, and the turns of a new job's fairness key, `turn`); acknowledged after WAIT when asked."""
         write: dict[str, object] = {
             "job": job_id,
             "expect": expected,
@@ -159,8 +188,7 @@ class JobStore:
         if ring is not None and not self._cluster:
             write["ring"] = ring
         if expected == "$new":
-            write["line"], write["place"] = "enter", line_place(view)
-            write["joined"] = {"channel": keys.SIGNALS, "message": signals.joined_message(job_id)}
+            write.update(_entering(job_id, view, place, turn))
         elif view.status.terminal:
             write["line"] = "leave"
         ends = view.status.terminal and not (before and before.status.terminal)
@@ -191,7 +219,7 @@ class JobStore:
             write["runs"] = [item for field_run in runs.items() for item in field_run]
         reply = await self._scripts.run(
             self._scripts.append_events,
-            keys=[*_write_keys(job_id), *([] if self._cluster else [keys.WORK])],
+            keys=[*_write_keys(job_id), *([] if self._cluster else [keys.WORK]), *([turn[0]] if turn else [])],
             args=[orjson.dumps(write), encode_view(view), state, report, *stored],
         )
         return as_strings(reply)
@@ -282,6 +310,25 @@ def _write_keys(job_id: str) -> tuple[str, ...]:
     return (keys.events(job_id), keys.view(job_id), keys.lease(job_id), due, keys.board(job_id), *shared)
 
 
+def _entering(
+    job_id: str, view: JobView, place: int | None, turn: tuple[str, list[str | int]] | None
+) -> dict[str, object]:
+    """The fields of a create's write that put the job in its partition's line (SPEC S4.1, S4.2)."""
+    scheduling = view.scheduling
+    band = fair.front(scheduling.priority)
+    fields: dict[str, object] = {
+        "line": "enter",
+        "place": str(place if place is not None else band),
+        "fair": {"key": scheduling.fairness_key, "weight": repr(scheduling.fairness_weight)},
+        "arrived": str(view.created_at_ms),
+        "joined": {"channel": keys.SIGNALS, "message": signals.joined_message(job_id)},
+    }
+    if turn is not None:
+        key, virtual, step, most = turn[1]
+        fields["turn"] = {"key": key, "v": str(virtual), "advance": str(step), "most": str(most), "band": str(band)}
+    return fields
+
+
 @functools.cache
 def _partition_write_keys(partition: int) -> tuple[str, ...]:
     return (
@@ -292,6 +339,8 @@ def _partition_write_keys(partition: int) -> tuple[str, ...]:
         keys.line(partition),
         keys.runs(partition),
         keys.scratch(partition),
+        keys.fair(partition),
+        keys.arrivals(partition),
         *(keys.runs_index(partition, status.value) for status in JobStatus),
         keys.deltas(partition),
     )

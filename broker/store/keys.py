@@ -17,7 +17,14 @@ hbr:{pN}:J:view              hash    `state` = view JSON, `last_id` = id folded 
 hbr:{pN}:J:lease             string  run lease token                                   RUNS_LEASE; driver
 hbr:{pN}:J:board             hash    latest board report, pending and acked versions   until expiry; job write
 hbr:{pN}:due                 zset    job id -> epoch ms of its next wake-up (memory)   none; job write, driver
-hbr:{pN}:line                zset    jobs waiting for Hermes -> arrival order (S4.1)   none; job write, claim
+hbr:{pN}:line                zset    jobs waiting for Hermes -> score (S4.1, S4.2)     none; job write, claim
+hbr:{pN}:fair                hash    per fairness key with waiting jobs in the         none; job write, claim,
+                                     partition: `n:<key>` their count, `w:<key>` its     enter; a pass clears it
+                                     weight (S4.2: /readyz top keys)                     when the line is empty
+hbr:{pN}:arrivals             zset    job id -> created ms, while the job lives (S4.2:   past RUNS_RETENTION;
+                                     a pass orders jobs of one score by it)              job write
+hbr:{pN}:turns:<prio>        zset    fairness key of this partition -> its next start  none; fair_turn.lua
+                                     tag in the priority (F, S4.2); F <= V is dropped    before a create
 hbr:{pN}:board:outbox        stream  due board deliveries; group `senders`             acked; job write, promoter
 hbr:{pN}:board:due           zset    job id -> when a coalesced refresh is due         none; job write, sender
 hbr:{pN}:board:index         zset    job id -> sourceActivityAt + HERMES_TTL           none; job write
@@ -39,12 +46,17 @@ hbr:signals                  pubsub  job ids whose owner should re-read their st
 hbr:{adm}:live               zset    jobs holding an admission slot -> slot expiry ms  none; admission
 hbr:{adm}:reserved           zset    slots reserved for a pass -> expiry ms            none; admission pass
 hbr:{adm}:slots              hash    job holding a slot -> its place in the line       none; admission
-hbr:{adm}:state              hash    the learnt limit and the refusal (probe) state    none; admission
+hbr:{adm}:state              hash    the learnt limit and the refusal (probe) state,   none; admission
+                                     `v1`..`v5`: the virtual time of each priority (S4.2)
 
 The work stream is only a wake-up hint, written by the job write itself on a single Redis (no slots there)
 and right after it on a cluster: the due schedules and lines are the durable memory, looked at
 periodically by every replica, so a lost doorbell costs a tick, never a job. The admission slots and the
 limit stay one cluster-wide set in the `{adm}` slot (Hermes is one resource); the line is per partition.
+A fairness key's turns live in the partition of the key (`fairness_partition`), not of its jobs: a key's jobs
+spread over every partition, and their start tags must follow one sequence (FIFO within a key, S4.2). The scripts
+that count waiting jobs in the job's partition (`fair`) count only jobs in a priority band (first attempts placed
+by this version) and read a job's key from its view JSON.
 
 Keys of the layout before partitions (broker <= 0.x, "layout 1"): `hbr:{J}:*`, `hbr:work`, `hbr:due`,
 `hbr:board:*`, `hbr:{adm}:line`. The broker refuses to start on them; `python scripts/migrate_layout.py`
@@ -120,6 +132,26 @@ def due(partition: int) -> str:
 
 def line(partition: int) -> str:
     return f"{_tag(partition)}:line"
+
+
+def fair(partition: int) -> str:
+    """Waiting jobs per fairness key in the partition's line, and the keys' weights (SPEC S4.2)."""
+    return f"{_tag(partition)}:fair"
+
+
+def arrivals(partition: int) -> str:
+    """Jobs of the partition that have not ended -> their created ms (the line's tie-break, SPEC S4.2)."""
+    return f"{_tag(partition)}:arrivals"
+
+
+def turns(partition: int, priority: int) -> str:
+    """The next start tag of each fairness key of the partition (`fairness_partition`) in one priority."""
+    return f"{_tag(partition)}:turns:{priority}"
+
+
+def fairness_partition(fairness_key: str) -> int:
+    """The partition that keeps a fairness key's turns: a pure function of the key."""
+    return zlib.crc32(b"key:" + fairness_key.encode()) % PARTITIONS
 
 
 def board_outbox(partition: int) -> str:

@@ -39,6 +39,10 @@ NAMES = (
     "admission_requeue",
     "admission_grant",
     "admission_claim",
+    "admission_enter",
+    "admission_fair_clear",
+    "admission_ties",
+    "fair_turn",
     "board_ack",
     "board_promote",
     "release_lock",
@@ -74,6 +78,10 @@ class Scripts:
         self.admission_requeue: AsyncScript = redis.register_script(source("admission_requeue"))
         self.admission_grant: AsyncScript = redis.register_script(source("admission_grant"))
         self.admission_claim: AsyncScript = redis.register_script(source("admission_claim"))
+        self.admission_enter: AsyncScript = redis.register_script(source("admission_enter"))
+        self.admission_fair_clear: AsyncScript = redis.register_script(source("admission_fair_clear"))
+        self.admission_ties: AsyncScript = redis.register_script(source("admission_ties"))
+        self.fair_turn: AsyncScript = redis.register_script(source("fair_turn"))
 
     async def run(
         self,

@@ -40,6 +40,9 @@ class Plan:
     cluster_jobs: int  #: end-to-end jobs per round of the cluster row
     cluster_replicas: tuple[int, ...]  #: the cluster row's end-to-end broker replica counts
     cluster_concurrencies: tuple[int, ...]  #: the cluster row's create concurrencies
+    fairness_backlog: int  #: key A's `sleep:1` jobs before key B's (S4.2)
+    fairness_late: int  #: key B's jobs
+    fairness_weighted: int  #: jobs of each of the keys of weights 3 and 1
 
     @classmethod
     def full(cls) -> Plan:
@@ -52,6 +55,7 @@ class Plan:
             memory_jobs=1000, memory_rounds=2, realistic_jobs=60,
             admission_jobs=100, admission_rounds=2, refusal_jobs=1000, refusal_s=60, drain_timeout_s=75,
             cluster_jobs=1000, cluster_replicas=(1, 2), cluster_concurrencies=(8, 64),
+            fairness_backlog=300, fairness_late=30, fairness_weighted=80,
         )  # fmt: skip
 
     @classmethod
@@ -65,6 +69,7 @@ class Plan:
             memory_jobs=50, memory_rounds=1, realistic_jobs=4,
             admission_jobs=20, admission_rounds=1, refusal_jobs=0, refusal_s=0, drain_timeout_s=0,
             cluster_jobs=60, cluster_replicas=(1,), cluster_concurrencies=(64,),
+            fairness_backlog=30, fairness_late=6, fairness_weighted=16,
         )  # fmt: skip
 
 

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.codec import decode, decode_view, encode, encode_view, to_builtins
-from broker.events import JobCreated, JobEvent, UnknownEvent
+from broker.events import JobCreated, JobEvent, Scheduling, UnknownEvent
 from projections.job import JobView, fold
 from tests.strategies import any_event, by_type, histories
 
@@ -88,6 +88,18 @@ def test_a_legacy_create_without_reporting_keeps_both_flags() -> None:
     event = decode(legacy)
     assert isinstance(event, JobCreated)
     assert (event.reporting.board, event.reporting.post, event.context) == (True, True, None)
+
+
+def test_a_create_stored_before_scheduling_reads_as_the_default_and_the_default_is_not_stored() -> None:
+    legacy = b'{"type":"JobCreated","job_id":"job_1","at_ms":1,"body":"{}","fingerprint":"f"}'
+    event = decode(legacy)
+    assert isinstance(event, JobCreated) and event.scheduling == Scheduling()
+    assert (event.scheduling.priority, event.scheduling.fairness_key, event.scheduling.fairness_weight) == (3, "", 1.0)
+    assert "scheduling" not in orjson.loads(encode(event))
+    keyed = JobCreated(job_id="j", at_ms=1, body="{}", fingerprint="f", scheduling=Scheduling(fairness_key="a"))
+    assert orjson.loads(encode(keyed))["scheduling"] == {"fairness_key": "a"}  # its defaults left out too
+    view = fold([keyed])
+    assert view is not None and view.scheduling == Scheduling(fairness_key="a")
 
 
 @given(histories())

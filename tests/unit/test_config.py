@@ -30,6 +30,8 @@ DEFAULTS = {
     "hermes_api_key": None,
     "hermes_timeout_ms": 30_000,
     "hermes_max_concurrent": 0,
+    "admission_fairness_default": "session_key",
+    "admission_fairness_weights": (),
     "runs_concurrency": 64,
     "runs_hold_ms": 2_400_000,
     "runs_resubmit": 3,
@@ -72,6 +74,12 @@ EVERY_VARIABLE = {
     "HERMES_API_KEY": ("sekrit", "hermes_api_key", "sekrit"),
     "HERMES_TIMEOUT": ("1234", "hermes_timeout_ms", 1234),
     "HERMES_MAX_CONCURRENT": ("10", "hermes_max_concurrent", 10),
+    "ADMISSION_FAIRNESS_DEFAULT": ("session_id", "admission_fairness_default", "session_id"),
+    "ADMISSION_FAIRNESS_WEIGHTS": (
+        "team-a=3,team-b=0.5",
+        "admission_fairness_weights",
+        (("team-a", 3.0), ("team-b", 0.5)),
+    ),
     "RUNS_CONCURRENCY": ("7", "runs_concurrency", 7),
     "RUNS_HOLD": ("60000", "runs_hold_ms", 60_000),
     "RUNS_RESUBMIT": ("5", "runs_resubmit", 5),
@@ -197,12 +205,28 @@ def test_unknown_variables_are_not_read() -> None:
         ("REDIS_WAIT_TIMEOUT", "0"),
         ("LOG_LEVEL", "verbose"),
         ("LOG_FORMAT", "xml"),
+        ("ADMISSION_FAIRNESS_DEFAULT", "user"),
+        ("ADMISSION_FAIRNESS_DEFAULT", ""),
+        ("ADMISSION_FAIRNESS_WEIGHTS", "team-a"),
+        ("ADMISSION_FAIRNESS_WEIGHTS", "team-a=heavy"),
+        ("ADMISSION_FAIRNESS_WEIGHTS", "team-a=0"),
+        ("ADMISSION_FAIRNESS_WEIGHTS", "team-a=-1"),
+        ("ADMISSION_FAIRNESS_WEIGHTS", "team-a=1001"),
+        ("ADMISSION_FAIRNESS_WEIGHTS", "team-a=nan"),
+        ("ADMISSION_FAIRNESS_WEIGHTS", "=2"),
     ],
 )
 def test_a_bad_value_names_its_variable(name: str, raw: str) -> None:
     with pytest.raises(ConfigError) as caught:
         Config.from_env({name: raw})
     assert caught.value.message.startswith(f"{name}=")
+
+
+def test_fairness_weights_keep_keys_with_equals_signs_and_the_last_weight_of_a_key() -> None:
+    config = Config.from_env({"ADMISSION_FAIRNESS_WEIGHTS": " a=b=2 , c=1000,c=0.25,, "})
+    assert config.admission_fairness_weights == (("a=b", 2.0), ("c", 0.25))
+    assert Config.from_env({"ADMISSION_FAIRNESS_WEIGHTS": ""}).admission_fairness_weights == ()
+    assert Config.from_env({"ADMISSION_FAIRNESS_DEFAULT": " None "}).admission_fairness_default == "none"
 
 
 def test_board_enabled_needs_board_url() -> None:
@@ -277,7 +301,13 @@ def test_the_signing_secrets_are_never_printed() -> None:
 
 @pytest.mark.parametrize(
     ("name", "raw"),
-    [("PORT", "abc"), ("BOARD_ENABLED", "true"), ("HERMES_URL", "nope"), ("BOARD_SIGNING_SECRET", SECRET_A[6:])],
+    [
+        ("PORT", "abc"),
+        ("BOARD_ENABLED", "true"),
+        ("HERMES_URL", "nope"),
+        ("BOARD_SIGNING_SECRET", SECRET_A[6:]),
+        ("ADMISSION_FAIRNESS_WEIGHTS", "a=0"),
+    ],
 )
 def test_the_broker_exits_with_one_line_naming_the_variable(name: str, raw: str) -> None:
     env = {key: value for key, value in os.environ.items() if key not in EVERY_VARIABLE}

@@ -2,9 +2,10 @@
 -- takeover when the lease would lapse (as acquire_lease.lua does), atomically: a crash after this loses
 -- nothing (the job is taken over); another replica holding the lease leaves the job in the line. The
 -- job's stored view and its JobCreated (the stream's first entry: the execution body) come back with the
--- claim, so its runner starts without reading them again.
+-- claim, so its runner starts without reading them again. A job of a priority band (a score >= 2^51) leaves its
+-- fairness key's count of waiting jobs (SPEC S4.2; the key is in its view JSON).
 -- KEYS[1] partition line zset   KEYS[2] job lease   KEYS[3] partition due zset   KEYS[4] job view hash
--- KEYS[5] job events   (one slot: {pN})
+-- KEYS[5] job events   KEYS[6] partition fair hash   (one slot: {pN})
 -- ARGV[1] job   ARGV[2] lease token   ARGV[3] lease ms   ARGV[4] takeover deadline (epoch ms)
 -- Returns {1, place, view state, last id, board fold state, JobCreated JSON} when claimed (false for a
 -- field the view hash lacks, or no stream); {0} when the job is not in the line (any more); {-1} when
@@ -19,5 +20,13 @@ end
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZADD', KEYS[3], ARGV[4], ARGV[1])
 local view = redis.call('HMGET', KEYS[4], 'state', 'last_id', 'board')
+if KEYS[6] and tonumber(place) >= 2 ^ 51 then
+  local ok, state = pcall(cjson.decode, view[1] or '')
+  local s = ok and type(state) == 'table' and state.scheduling
+  local key = type(s) == 'table' and type(s.fairness_key) == 'string' and s.fairness_key or ''
+  if redis.call('HINCRBY', KEYS[6], 'n:' .. key, -1) <= 0 then
+    redis.call('HDEL', KEYS[6], 'n:' .. key, 'w:' .. key)
+  end
+end
 local first = redis.call('XRANGE', KEYS[5], '-', '+', 'COUNT', 1)[1]
 return {1, place, view[1], view[2], view[3], first and first[2][2] or false}

@@ -2,7 +2,9 @@
 -- the caller claimed off their partition lines with admission_claim.lua; a job's place is kept for a
 -- later requeue), and give back the reservations no job was found for (the lines were shorter, or other
 -- replicas claimed their heads first). A probe reserved for a granted reservation becomes that job's
--- (and is counted); a probe reserved for one given back is over.
+-- (and is counted); a probe reserved for one given back is over. The virtual time of each priority (SPEC
+-- S4.2) becomes one past the largest start tag granted in it (a first attempt's place, broker/admission/fair.py:
+-- a job that arrives after a grant sorts behind every job of its tag that waited then).
 -- KEYS[1] admission state hash   KEYS[2] live zset   KEYS[3] slots hash   KEYS[4] reserved zset
 --   (one slot: {adm})
 -- ARGV[1] now (epoch ms)   ARGV[2] slot ttl ms   ARGV[3] g, the number of grants
@@ -10,14 +12,27 @@
 -- Returns the number of reservations given back
 local expiry, g = tonumber(ARGV[1]) + tonumber(ARGV[2]), tonumber(ARGV[3])
 local probe = redis.call('HGET', KEYS[1], 'probe')
+local base, band, tags = 2 ^ 51, 2 ^ 50, {}
 for i = 4, 3 + 3 * g, 3 do
   local reservation, job = ARGV[i], ARGV[i + 1]
+  local place = tonumber(ARGV[i + 2])
+  if place and place >= base then
+    local priority = math.min(math.floor((place - base) / band), 4) + 1
+    local tag = place - base - (priority - 1) * band
+    tags[priority] = math.max(tags[priority] or 0, tag + 1)
+  end
   redis.call('ZREM', KEYS[4], reservation)
   redis.call('ZADD', KEYS[2], expiry, job)
   redis.call('HSET', KEYS[3], job, ARGV[i + 2])
   if probe == reservation then
     redis.call('HSET', KEYS[1], 'probe', job)
     redis.call('HINCRBY', KEYS[1], 'probes', 1)
+  end
+end
+for priority, tag in pairs(tags) do
+  local field = 'v' .. priority
+  if tag > tonumber(redis.call('HGET', KEYS[1], field) or '0') then
+    redis.call('HSET', KEYS[1], field, string.format('%.0f', tag))
   end
 end
 local n = 0

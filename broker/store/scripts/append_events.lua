@@ -5,11 +5,13 @@
 -- KEYS[5] job board hash   KEYS[6] partition board outbox   KEYS[7] partition board due zset
 -- KEYS[8] partition board index zset   KEYS[9] partition admission line zset
 -- KEYS[10] partition listing index of every job   KEYS[11] partition scratch key (compaction)
--- KEYS[12..11+w.statuses] partition listing index of each job status
+-- KEYS[12] partition fair hash (waiting jobs per fairness key)   KEYS[13] partition arrivals zset
+-- KEYS[14..13+w.statuses] partition listing index of each job status
 --   (one slot: every key above carries the job's partition tag {pN})
--- KEYS[12+w.statuses] partition delta schedule zset (finished job -> when its deltas are removed)
--- KEYS[13+w.statuses] work stream: only on a single Redis (with `ring`), where the doorbell costs no round
+-- KEYS[14+w.statuses] partition delta schedule zset (finished job -> when its deltas are removed)
+-- KEYS[15+w.statuses] work stream: only on a single Redis (with `ring`), where the doorbell costs no round
 --   trip of its own; on a cluster it is another slot, and the caller rings it after the script
+-- KEYS[16+w.statuses] the turns zset of the job's fairness key and priority: only on a single Redis, with `turn`
 -- ARGV[1] the write, a JSON object of strings:
 --   job        the job id
 --   expect     '' = do not check, '$new' = create only if the job does not exist, else the expected last id
@@ -19,7 +21,7 @@
 --              A job that has not ended has no TTL (SPEC S3.6); a write that moves it in the listing
 --              removes a TTL that a broker before this version gave it (renewed on every append), so
 --              a long job of an older store cannot expire while it runs
---   statuses   how many status indexes follow KEYS[11]
+--   statuses   how many status indexes follow KEYS[13]
 --   compact    present: the stream gets no more appends for a while (a create, a terminal write): copy it
 --              and rename the copy over it, which frees the room Redis reserves at the end of a stream's
 --              last node (about 4 KB) and keeps the ids, the last id and the TTL
@@ -27,7 +29,15 @@
 --   due        present: the job's next wake-up in the due schedule (epoch ms)
 --   line       'enter': the job joins the admission line at `place` (arrival order);
 --              'leave': it leaves the line (it is terminal)
---   place      with 'enter': its score in the line
+--   place      with 'enter': its score in the line (SPEC S4.2: broker/admission/fair.py)
+--   turn       with 'enter', on a single Redis: {key, v, advance, most, band}: the job takes its fairness key's
+--              turn here, with fair_turn.lua's numbers (on a cluster that script runs before, in the key's
+--              partition, and gives `place`); its place is `band` + its start tag. A replay takes none
+--   arrived    with 'enter': the job's created ms, kept in KEYS[13] until it ends (a pass orders jobs of one
+--              score by it, admission_ties.lua); entries older than the retention are trimmed
+--   fair       with 'enter', present: {key, weight}, the job's fairness key and weight: the job is counted among
+--              the key's waiting jobs in KEYS[12] while it waits in a priority band (a score >= 2^51, SPEC S4.2);
+--              a terminal write that takes it off the line uncounts it (the key is in the view JSON, ARGV[2])
 --   joined     with 'enter': {channel, message}: published so every replica's next admission pass reads
 --              the job's partition (broker/store/signals.py; PUBLISH names no key)
 --   deltas     present (with `expire`): when the job's message deltas are removed (epoch ms, S3.6)
@@ -36,7 +46,7 @@
 --   board      present: a new board version {at, change ('1' = state change), expire (epoch ms),
 --              refresh (ms), now (epoch ms)}
 --   index      present (the job's status or updated_at changed): the listing entry {score (the view's
---              updated_at ms), key (the index of its status, one of KEYS[11..]), from (present: the index of
+--              updated_at ms), key (the index of its status, one of KEYS[14..]), from (present: the index of
 --              its previous status), sweep (present: previous status unknown, leave every other index)}
 -- ARGV[2] job view JSON   ARGV[3] board fold state JSON ('' = no board)   ARGV[4] board report ('' = none)
 -- ARGV[5..] event JSONs, oldest first
@@ -65,13 +75,48 @@ if w.compact then
   redis.call('COPY', KEYS[1], KEYS[11], 'REPLACE')
   redis.call('RENAME', KEYS[11], KEYS[1])
 end
+local function counted(key, by, weight)
+  -- the partition's count of the key's waiting jobs; a key without any is forgotten (bounded state)
+  local n = redis.call('HINCRBY', KEYS[12], 'n:' .. key, by)
+  if n <= 0 then
+    redis.call('HDEL', KEYS[12], 'n:' .. key, 'w:' .. key)
+  elseif weight then
+    redis.call('HSET', KEYS[12], 'w:' .. key, weight)
+  end
+end
+local last_status = 13 + tonumber(w.statuses)
 if w.line == 'enter' then
-  redis.call('ZADD', KEYS[9], w.place, w.job)
+  local place = w.place
+  local t = w.turn
+  if t then
+    local turns, v, most = KEYS[last_status + 3], tonumber(t.v), tonumber(t.most)
+    local s = math.min(math.max(tonumber(redis.call('ZSCORE', turns, t.key) or '0'), v), most)
+    redis.call('ZREMRANGEBYSCORE', turns, '-inf', string.format('%.0f', v))
+    redis.call('ZADD', turns, string.format('%.0f', math.min(s + tonumber(t.advance), most)), t.key)
+    place = string.format('%.0f', tonumber(t.band) + s)
+  end
+  redis.call('ZADD', KEYS[9], place, w.job)
+  if w.arrived then
+    redis.call('ZADD', KEYS[13], w.arrived, w.job)
+    redis.call('ZREMRANGEBYSCORE', KEYS[13], '-inf', '(' .. (tonumber(w.arrived) - tonumber(w.retention)))
+  end
+  if w.fair and tonumber(place) >= 2 ^ 51 then
+    counted(w.fair.key, 1, w.fair.weight)
+  end
   if w.joined then
     redis.call('PUBLISH', w.joined.channel, w.joined.message)
   end
 elseif w.line == 'leave' then
-  redis.call('ZREM', KEYS[9], w.job)
+  redis.call('ZREM', KEYS[13], w.job)
+  local place = redis.call('ZSCORE', KEYS[9], w.job)
+  if place then
+    redis.call('ZREM', KEYS[9], w.job)
+    if tonumber(place) >= 2 ^ 51 then
+      local ok, view = pcall(cjson.decode, ARGV[2])
+      local s = ok and type(view) == 'table' and view.scheduling
+      counted(type(s) == 'table' and type(s.fairness_key) == 'string' and s.fairness_key or '', -1, nil)
+    end
+  end
 end
 local view = {'state', ARGV[2], 'last_id', last}
 for _, item in ipairs(w.runs or {}) do
@@ -90,7 +135,6 @@ end
 if w.due then
   redis.call('ZADD', KEYS[4], w.due, w.job)
 end
-local last_status = 11 + tonumber(w.statuses)
 if w.deltas then
   redis.call('ZADD', KEYS[last_status + 1], w.deltas, w.job)
 end
@@ -105,7 +149,7 @@ if x then
   -- retention has passed (they have expired; the reader skips them too) leave that index and the all-jobs
   -- index; nothing else is trimmed by age: a job that waits or runs never expires (SPEC S3.6).
   local target, from = nil, nil
-  for i = 12, last_status do
+  for i = 14, last_status do
     if KEYS[i] == x.key then
       target = KEYS[i]
     elseif KEYS[i] == x.from or x.sweep then

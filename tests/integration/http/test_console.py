@@ -123,3 +123,30 @@ def test_the_admission_state_renders_as_a_table_when_present() -> None:
     assert "<th>live</th><td>3</td>" in html and "<th>limit</th><td>10</td>" in html
     assert "<th>refusing</th><td>false</td>" in html and "&lt;x&gt;" in html
     assert "busy: 2 (among the 400 most recently changed queued jobs)" in html and ">7<" in html
+
+
+def test_the_overview_shows_waiting_jobs_by_priority_and_the_top_fairness_keys() -> None:
+    admission = {
+        "live": 1,
+        "waiting_by_priority": {"1": 2, "2": 0, "3": 7, "4": 0, "5": 1},
+        "top_keys": [{"key": "<team>", "waiting": 6, "weight": 3.0}, {"key": "", "waiting": 4, "weight": 1.0}],
+    }
+    html = (
+        _environment()
+        .get_template("overview.html")
+        .render(
+            report={"status": "ready", "hermes_answered": True},
+            admission=admission,
+            held={},
+            held_scanned=0,
+            board_lag=None,
+            rows=[],
+            status="",
+            limit=50,
+            next_cursor=None,
+            filters=("",),
+        )
+    )
+    assert 'data-field="waiting_by_priority">1: 2, 2: 0, 3: 7, 4: 0, 5: 1<' in html
+    assert "<td>&lt;team&gt;</td><td>6</td><td>3.0</td>" in html and "<td>(none)</td><td>4</td>" in html
+    assert "top_keys" not in html

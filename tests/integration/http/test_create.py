@@ -38,6 +38,7 @@ JOB_FIELDS = {
     "usage",
     "error",
     "reporting",
+    "scheduling",
 }
 CONTEXT = {
     "title": "Review staging promotion",
@@ -82,6 +83,7 @@ async def test_a_create_answers_a_queued_job_object(client: TestClient[Any, Any]
     assert (job["hold"], job["output"], job["usage"], job["error"], job["hermes_run_id"]) == (None,) * 5
     assert (job["session_id"], job["model"]) == (None, "hermes-agent")
     assert job["reporting"] == {"board": True, "post": True}
+    assert job["scheduling"] == {"priority": 3, "fairness_key": "", "fairness_weight": 1.0}
     assert isinstance(job["created_at"], float) and isinstance(job["updated_at"], float)
     assert before - 1 <= job["created_at"] == job["updated_at"] <= time.time() + 1
 
@@ -291,5 +293,6 @@ async def test_a_legacy_job_keeps_both_flags_and_a_replay_adds_no_context(
     again = await _create(client, {"input": "x", "context": CONTEXT, "reporting": {"board": False}}, "k-legacy")
     # Then both flags are true and no context was added
     assert polled["reporting"] == again["reporting"] == {"board": True, "post": True}
+    assert polled["scheduling"] == again["scheduling"] == {"priority": 3, "fairness_key": "", "fairness_weight": 1.0}
     assert "context" not in polled and "context" not in again
     assert again["replayed"] is True

@@ -108,6 +108,32 @@ MATRIX: list[tuple[str, bytes, dict[str, str], str, str]] = [
     ("key-space", orjson.dumps(OK_INPUT), {"Idempotency-Key": "a b"}, "invalid_idempotency_key", "Idempotency-Key"),
     ("key-256", orjson.dumps(OK_INPUT), {"Idempotency-Key": "k" * 256}, "invalid_idempotency_key", "Idempotency-Key"),
     ("key-tab", orjson.dumps(OK_INPUT), {"Idempotency-Key": "a\tb"}, "invalid_idempotency_key", "Idempotency-Key"),
+    *(
+        (f"scheduling-{name}", orjson.dumps(_with(scheduling=value)), {}, "invalid_scheduling", message)
+        for name, value, message in [
+            ("null", None, "scheduling must be an object"),
+            ("list", [], "scheduling must be an object"),
+            ("string", "high", "scheduling must be an object"),
+            ("priority-0", {"priority": 0}, "scheduling.priority must be an integer from 1 to 5"),
+            ("priority-6", {"priority": 6}, "scheduling.priority must be an integer from 1 to 5"),
+            ("priority-float", {"priority": 2.0}, "scheduling.priority must be an integer from 1 to 5"),
+            ("priority-string", {"priority": "1"}, "scheduling.priority must be an integer from 1 to 5"),
+            ("priority-bool", {"priority": True}, "scheduling.priority must be an integer from 1 to 5"),
+            ("priority-null", {"priority": None}, "scheduling.priority must be an integer from 1 to 5"),
+            ("key-empty", {"fairness_key": ""}, "scheduling.fairness_key must be 1-64 visible ASCII characters"),
+            ("key-65", {"fairness_key": "k" * 65}, "scheduling.fairness_key must be 1-64 visible ASCII characters"),
+            ("key-space", {"fairness_key": "a b"}, "scheduling.fairness_key must be 1-64 visible ASCII characters"),
+            ("key-utf8", {"fairness_key": "é"}, "scheduling.fairness_key must be 1-64 visible ASCII characters"),
+            ("key-number", {"fairness_key": 7}, "scheduling.fairness_key must be 1-64 visible ASCII characters"),
+            ("key-null", {"fairness_key": None}, "scheduling.fairness_key must be 1-64 visible ASCII characters"),
+            ("weight-0", {"fairness_weight": 0}, "scheduling.fairness_weight must be a number greater than 0"),
+            ("weight-negative", {"fairness_weight": -1}, "scheduling.fairness_weight must be a number greater than 0"),
+            ("weight-1001", {"fairness_weight": 1000.5}, "scheduling.fairness_weight must be a number greater than 0"),
+            ("weight-string", {"fairness_weight": "2"}, "scheduling.fairness_weight must be a number greater than 0"),
+            ("weight-bool", {"fairness_weight": True}, "scheduling.fairness_weight must be a number greater than 0"),
+            ("weight-null", {"fairness_weight": None}, "scheduling.fairness_weight must be a number greater than 0"),
+        ]
+    ),
     (
         "session-key-257",
         orjson.dumps(OK_INPUT),
@@ -188,6 +214,7 @@ async def test_the_matrix_is_big_enough() -> None:
         "invalid_field",
         "invalid_context",
         "invalid_reporting",
+        "invalid_scheduling",
         "invalid_idempotency_key",
         "invalid_session_key",
     }

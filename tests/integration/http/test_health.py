@@ -41,3 +41,26 @@ async def test_metrics_count_created_and_replayed_jobs(client: TestClient[Any, A
     assert "hbr_jobs_created_total 1.0" in text
     assert "hbr_jobs_replayed_total 1.0" in text
     assert "hbr_queue_depth 1.0" in text
+
+
+async def test_readyz_and_metrics_show_waiting_jobs_by_priority_and_the_busiest_keys(
+    client: TestClient[Any, Any],
+) -> None:
+    # Given waiting jobs of three keys (one from the session key header) and two priorities
+    for priority, key, weight in [(1, "a", 2), (3, "a", 2), (3, "b", 1), (3, "b", 1), (3, "b", 1)]:
+        scheduling = {"priority": priority, "fairness_key": key, "fairness_weight": weight}
+        assert (await client.post("/v1/runs", json={"input": "x", "scheduling": scheduling})).status == 202
+    await client.post("/v1/runs", json={"input": "x"}, headers={"X-Hermes-Session-Key": "user-1"})
+    # When /readyz and /metrics are read
+    admission = (await (await client.get("/readyz")).json())["admission"]
+    metrics = await (await client.get("/metrics")).text()
+    # Then they count them per priority, and name the keys with most waiting jobs, with their weights
+    assert admission["waiting_by_priority"] == {"1": 1, "2": 0, "3": 5, "4": 0, "5": 0}
+    assert admission["waiting_ahead"] == 0 and admission["line"] == 6
+    assert admission["top_keys"] == [
+        {"key": "b", "waiting": 3, "weight": 1.0},
+        {"key": "a", "waiting": 2, "weight": 2.0},
+        {"key": "user-1", "waiting": 1, "weight": 1.0},
+    ]
+    assert 'hbr_admission_waiting{priority="1"} 1.0' in metrics
+    assert 'hbr_admission_waiting{priority="3"} 5.0' in metrics

@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 from redis.crc import key_slot
 from redis.exceptions import ClusterCrossSlotError
 
-from broker.events import HoldReason, JobCreated, JobStatus
+from broker.events import HoldReason, JobCreated, JobFinished, JobStatus, Scheduling, StopRequested
 from broker.store import keys, scripts
 from broker.store.admission import AdmissionStore, Pacing
 from broker.store.board import BoardStore, OutboxEntry
@@ -32,7 +32,7 @@ from broker.store.listing import IndexRepair, Listing
 from broker.store.rebuild import RebuildStore, Replacement
 from broker.store.scripts import NAMES, source
 from projections.board import BoardState
-from projections.job import apply
+from projections.job import apply, fold
 from tests.conftest import RedisServer
 
 Operation = Callable[[Redis], Awaitable[object]]
@@ -70,6 +70,14 @@ JOB = "job_" + "a" * 32
 
 async def _create(redis: Redis) -> None:
     event = JobCreated(job_id=JOB, at_ms=1_000, body='{"input":"x"}', fingerprint="f")
+    view = apply(None, event)
+    assert view is not None
+    await JobStore(redis, retention_ms=60_000).create(event, view)
+
+
+async def _create_keyed(redis: Redis) -> None:
+    scheduling = Scheduling(priority=1, fairness_key="team-a", fairness_weight=2.5)
+    event = JobCreated(job_id=JOB, at_ms=1_000, body='{"input":"x"}', fingerprint="f", scheduling=scheduling)
     view = apply(None, event)
     assert view is not None
     await JobStore(redis, retention_ms=60_000).create(event, view)
@@ -132,6 +140,47 @@ async def _promote(redis: Redis) -> object:
     leases = Leases(redis, lease_ms=1_000)
     await leases.acquire(JOB, "token", 1_000)
     return await leases.promote_due(10_000)
+
+
+async def _enter(redis: Redis) -> object:
+    await _create(redis)
+    store = _admission(redis)
+    await _admit_with_a_waiting_job(redis)  # off the line (and off its key's count)
+    return await store.enter(JOB, "1")  # back in it, counted again
+
+
+async def _fair_clear(redis: Redis) -> object:
+    await _create(redis)
+    store = _admission(redis)
+    await _admit_with_a_waiting_job(redis)
+    await redis.hset(keys.fair(keys.partition_of(JOB)), "n:drift", "3")  # type: ignore[misc]
+    return await store.admit(2_000, 5)  # a full read sees the empty line with counts: clears them
+
+
+async def _stop_waiting(redis: Redis) -> object:
+    await _create(redis)
+    store = JobStore(redis, retention_ms=60_000)
+    snapshot = await store.load(JOB)
+    assert snapshot is not None
+    stop = StopRequested(job_id=JOB, at_ms=1_100)
+    finished = JobFinished(job_id=JOB, at_ms=1_100, status=JobStatus.CANCELLED, error_code="stopped")
+    view = fold([stop, finished], snapshot.view)
+    assert view is not None and view.status.terminal
+    return await store.append(JOB, [stop, finished], view, expected_last_id=None, before=snapshot.view)
+
+
+async def _admit_with_ties(redis: Redis) -> object:
+    store = JobStore(redis, retention_ms=60_000)
+    for i, key in enumerate(("u1", "u2", "u3")):  # one start tag: keys without a turn, before any grant
+        event = JobCreated(
+            job_id=f"job_{i:032x}", at_ms=1_000 + i, body="{}", fingerprint="f", scheduling=Scheduling(fairness_key=key)
+        )
+        view = apply(None, event)
+        assert view is not None
+        await store.create(event, view)
+    grants = await _admission(redis).admit(2_000, 5)  # ties among the heads: admission_ties.lua per partition
+    assert grants.jobs == ["job_" + "0" * 32, f"job_{1:032x}"]
+    return grants
 
 
 async def _admit_with_a_waiting_job(redis: Redis) -> object:
@@ -218,6 +267,11 @@ SINGLE_SLOT: list[tuple[str, Operation]] = [
     ("admission_refused", _refused),
     ("admission_release", _release),
     ("admission_requeue", _requeue),
+    ("fair_turn + append_events (create with a fairness key)", _create_keyed),
+    ("admission_enter", _enter),
+    ("admission_fair_clear", _fair_clear),
+    ("admission_ties (a pass that reaches jobs of one start tag)", _admit_with_ties),
+    ("append_events (a stop leaves the line and the key's count)", _stop_waiting),
     ("replace_view (and the rebuild's MULTI read)", _replace_view),
     ("remove_deltas", _remove_deltas),
     ("board_ack", _board_ack),
@@ -234,7 +288,8 @@ SINGLE_SLOT: list[tuple[str, Operation]] = [
 COVERED = {
     "append_events", "acquire_lease", "renew_lease", "release_lease", "promote_due", "admission_admit",
     "admission_claim", "admission_grant", "admission_accepted", "admission_refused", "admission_release",
-    "admission_requeue", "replace_view", "remove_deltas", "board_ack", "board_promote", "release_lock",
+    "admission_requeue", "admission_enter", "admission_fair_clear", "admission_ties", "fair_turn",
+    "replace_view", "remove_deltas", "board_ack", "board_promote", "release_lock",
     "reindex_job",
 }  # fmt: skip
 
@@ -271,6 +326,9 @@ def test_every_key_of_a_job_write_maps_to_one_slot(job_id: str) -> None:
         keys.board_index(partition),
         keys.deltas(partition),
         keys.scratch(partition),
+        keys.fair(partition),
+        keys.arrivals(partition),
+        keys.runs(partition),
     ]
     assert len({key_slot(key.encode()) for key in job_write}) == 1
     admission = [keys.ADMISSION_STATE, keys.ADMISSION_LIVE, keys.ADMISSION_SLOTS, keys.ADMISSION_RESERVED]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from broker.admission.state import LineState, line_place, oldest_wait_ms, shown_hold
+from broker.admission import fair
+from broker.admission.state import LineState, line_place, shown_hold
 from broker.events import HoldReason, JobCreated, JobHeld, RunAccepted, RunInterrupted, RunResubmitted
 from projections.job import Hold, JobView, fold
 
@@ -54,6 +55,6 @@ def test_a_resubmit_is_placed_ahead_of_every_first_attempt() -> None:
         RunInterrupted(job_id=JOB, at_ms=T0 + 2, attempt=1, hermes_run_id="run_1", reason="not_found"),
         RunResubmitted(job_id=JOB, at_ms=T0 + 2, attempt=2),
     )
-    assert first == str(T0 * 1000)
-    assert float(line_place(resubmitted)) < float(first)  # created ms, below every first attempt's ms * 1000
-    assert oldest_wait_ms(first, T0 + 250) == 250 and oldest_wait_ms(line_place(resubmitted), T0 + 250) == 250
+    assert first == str(fair.front(3))  # a lost place of a first attempt: the front of its priority's band
+    assert float(line_place(resubmitted)) == T0  # created ms, below every band and every legacy place (ms * 1000)
+    assert float(line_place(resubmitted)) < T0 * 1000 < fair.BASE

@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from broker.admission import fair
 from broker.admission.state import line_place
 from broker.driver import decide
 from broker.driver.decide import Append, Done, Follow, Policy, Queue, StopRun, Submit
@@ -268,7 +269,9 @@ def test_a_stop_of_a_run_hermes_no_longer_holds_cancels_at_once() -> None:
 def test_a_waiting_job_queues_until_granted_and_expires_after_the_hold() -> None:
     view = apply(None, JobCreated(job_id=JOB, at_ms=1_000, body="{}", fingerprint="f"))
     assert view is not None
-    assert decide.next_action(view, 2_000, stop_sent=False, admitted=False, policy=POLICY) == Queue("1000000", 11_000)
+    assert decide.next_action(view, 2_000, stop_sent=False, admitted=False, policy=POLICY) == Queue(
+        str(fair.front(3)), 11_000
+    )
     assert isinstance(decide.next_action(view, 2_000, stop_sent=False, admitted=True, policy=POLICY), Submit)
     expired = decide.next_action(view, 11_000, stop_sent=False, admitted=True, policy=POLICY)
     assert isinstance(expired, Append)
