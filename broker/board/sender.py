@@ -27,7 +27,7 @@ from broker.logging import get_logger
 from broker.metrics import Metrics
 from broker.store import keys
 from broker.store.board import BoardEntry, BoardStore, OutboxEntry, new_token
-from broker.store.outage import REDIS_FAILURES, is_outage, outage_name
+from broker.store.outage import REDIS_FAILURES, log_failure
 from broker.tasks import cancel_all
 
 READ_BLOCK_MS = 1_000
@@ -101,13 +101,10 @@ class Sender:
                 with contextlib.suppress(*REDIS_FAILURES):  # else a claim after the idle time retries it
                     await self._store.handover(job_id, entries)
             raise
-        except Exception as error:  # the sender's loop guard: one key never stops the others
-            if is_outage(error):  # the entry stays pending; a later claim retries it
-                extra = {"job": job_id, "error": outage_name(error)}
-                self._log.warning("Lost Redis while delivering a board report.", extra=extra)
-            else:
-                extra = {"job": job_id, "error": repr(error)}
-                self._log.error("A board delivery failed.", exc_info=True, extra=extra)
+        except Exception as error:  # the sender's loop guard: one key never stops the others; on an outage the
+            # entry stays pending and a later claim retries it
+            outage, bug = "Lost Redis while delivering a board report.", "A board delivery failed."
+            log_failure(self._log, error, outage=outage, bug=bug, job=job_id)
         finally:
             self._slots.release()
 

@@ -27,7 +27,7 @@ from broker.jobs.writer import Writer
 from broker.logging import get_logger
 from broker.metrics import Metrics
 from broker.store.board import BoardStore
-from broker.store.outage import is_outage, outage_name
+from broker.store.outage import log_failure
 from broker.tasks import cancel_all
 
 MAX_REDIS_BACKOFF_S = 5.0
@@ -95,10 +95,8 @@ class BoardService:
                 await loop()
                 return
             except Exception as error:  # the loops' guard: an outage is expected, anything else a bug
-                if is_outage(error):
-                    extra = {"error": outage_name(error), "retryS": delay}
-                    self._log.warning("Lost Redis in a board loop.", extra=extra)
-                else:
-                    self._log.error("A board loop failed.", exc_info=True, extra={"error": repr(error)})
+                log_failure(
+                    self._log, error, outage="Lost Redis in a board loop.", bug="A board loop failed.", retryS=delay
+                )
             await asyncio.sleep(delay)
             delay = min(delay * 2, MAX_REDIS_BACKOFF_S)

@@ -30,7 +30,7 @@ from broker.errors import JobNotFound, LeaseLost, NotReplicated
 from broker.logging import get_logger
 from broker.store import keys, signals, work
 from broker.store.leases import Leases, new_token
-from broker.store.outage import REDIS_FAILURES, is_outage, outage_name
+from broker.store.outage import REDIS_FAILURES, log_failure
 from broker.tasks import cancel_all
 
 CLAIM_BLOCK_MS = 1_000
@@ -89,11 +89,9 @@ class Supervisor:
             try:
                 await loop()
             except Exception as error:  # the loops' guard: an outage is expected, anything else a bug
-                if is_outage(error):
-                    extra = {"error": outage_name(error), "retryS": delay}
-                    self._log.warning("Lost Redis in a driver loop.", extra=extra)
-                else:
-                    self._log.error("A driver loop failed.", exc_info=True, extra={"error": repr(error)})
+                log_failure(
+                    self._log, error, outage="Lost Redis in a driver loop.", bug="A driver loop failed.", retryS=delay
+                )
             await asyncio.sleep(delay)
             delay = min(delay * 2, MAX_REDIS_BACKOFF_S)
 
@@ -195,11 +193,10 @@ class Supervisor:
             extra = {"job": job_id, "acknowledged": error.acknowledged, "wanted": error.wanted}
             self._log.warning("A job write was not replicated in time.", extra=extra)
             ending, due_at = Ending.PARKED, self._deps.clock.now_ms() + RETRY_AFTER_FAILURE_MS
-        except Exception as error:  # the runner's loop guard: log, and let the job be retried soon
-            if is_outage(error):  # Redis restarting or failing over (SPEC S9): expected, retried, no traceback
-                self._log.warning("Lost Redis while driving a job.", extra={"job": job_id, "error": outage_name(error)})
-            else:
-                self._log.error("A job's runner failed.", exc_info=True, extra={"job": job_id, "error": repr(error)})
+        except Exception as error:  # the runner's loop guard: log, and let the job be retried soon (SPEC S9)
+            log_failure(
+                self._log, error, outage="Lost Redis while driving a job.", bug="A job's runner failed.", job=job_id
+            )
             ending, due_at = Ending.PARKED, self._deps.clock.now_ms() + RETRY_AFTER_FAILURE_MS
         finally:
             self._runners.pop(job_id, None)

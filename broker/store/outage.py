@@ -7,6 +7,7 @@ else is a bug and keeps its 500 and its traceback.
 
 from __future__ import annotations
 
+import logging
 import re
 import traceback
 from pathlib import PurePath
@@ -78,6 +79,15 @@ def is_outage(error: BaseException) -> bool:
         case TypeError() | AttributeError() | RuntimeError():
             return _torn_down(error)
     return False
+
+
+def log_failure(log: logging.Logger, error: BaseException, *, outage: str, bug: str, **extra: object) -> None:
+    """The one line a guard writes for what it caught: an outage (expected, retried) at warn without a traceback,
+    anything else (a bug) at error with it."""
+    if is_outage(error):
+        log.warning(outage, extra={**extra, "error": outage_name(error)})
+    else:
+        log.error(bug, exc_info=error, extra={**extra, "error": repr(error)})
 
 
 def outage_name(error: BaseException) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
@@ -32,7 +33,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from broker.errors import Busy, InvalidRequest, NotReplicated
-from broker.store.outage import is_outage, outage_name
+from broker.store.outage import is_outage, log_failure, outage_name
 
 #: Every failure a Redis call can end in, and whether it means "this slot is not writable right now".
 TABLE: list[tuple[BaseException, bool]] = [
@@ -132,3 +133,17 @@ async def test_our_own_attribute_and_type_errors_stay_bugs() -> None:
     assert not is_outage(await _raised(wrong_type))
     assert not is_outage(AttributeError("no traceback"))
     assert not is_outage(RuntimeError("Event loop is closed"))
+
+
+def test_a_guard_logs_an_outage_as_a_warning_and_a_bug_with_its_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    log = logging.getLogger("tests.outage.Guard")
+    with caplog.at_level(logging.WARNING, logger="tests.outage"):
+        log_failure(log, ClusterDownError("The cluster is down"), outage="Lost Redis.", bug="Failed.", job="job_1")
+        try:
+            raise KeyError("state")
+        except KeyError as error:
+            log_failure(log, error, outage="Lost Redis.", bug="Failed.", job="job_1")
+    warned, failed = caplog.records
+    assert (warned.levelname, warned.message, warned.exc_info) == ("WARNING", "Lost Redis.", None)
+    assert warned.__dict__["error"] == "ClusterDownError: The cluster is down" and warned.__dict__["job"] == "job_1"
+    assert (failed.levelname, failed.message) == ("ERROR", "Failed.") and failed.exc_info is not None
