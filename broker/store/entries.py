@@ -9,6 +9,7 @@ truth), in its cache (an attempt is accepted once: `driver.decide.on_create`), i
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -19,6 +20,7 @@ from redis.asyncio import Redis
 from broker.codec import Packed, read_entry
 from broker.events import JobEvent, RunAccepted
 from broker.store import keys
+from broker.store.outage import REDIS_FAILURES
 
 Raw = Sequence[tuple[str, dict[str, str]]]
 CACHED_RUNS = 65_536  #: (job, attempt) -> run id pairs a reader keeps
@@ -89,17 +91,29 @@ class EventFormat:
     def __init__(self, redis: Redis, fixed: bool | None = None) -> None:
         self._redis = redis
         self._fixed = fixed
-        self._packed = False
-        self._checked = -FORMAT_CHECK_S
+        self._packed: bool | None = None  #: None: not looked at yet
+        self._checked = 0.0
+        self._looking: asyncio.Task[None] | None = None
 
     async def packed(self) -> bool:
         if self._fixed is not None:
             return self._fixed
-        now = time.monotonic()
-        if now - self._checked >= FORMAT_CHECK_S:
-            self._checked = now
+        if self._packed is None:
+            await self._look()
+        elif time.monotonic() - self._checked >= FORMAT_CHECK_S and self._looking is None:
+            # Looked at behind the write's back: a write that waited for it would land after later writes
+            self._looking = asyncio.create_task(self._look())
+        return bool(self._packed)
+
+    async def _look(self) -> None:
+        try:
+            self._checked = time.monotonic()
             self._packed = await self._redis.get(keys.EVENT_FORMAT) == keys.PACKED
-        return self._packed
+        except REDIS_FAILURES:
+            if self._looking is None:
+                raise  # the first look: the write cannot know its format
+        finally:
+            self._looking = None
 
 
 async def settle_fresh_store(redis: Redis, *, only_replica: bool = False) -> bool:

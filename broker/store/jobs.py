@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import AsyncIterator, Sequence
 from typing import cast
@@ -19,6 +20,7 @@ from broker.store.admission import read_virtual
 from broker.store.connection import is_cluster
 from broker.store.durability import Durability
 from broker.store.entries import Entries, EventFormat
+from broker.store.outage import REDIS_FAILURES
 from broker.store.scripts import Scripts, as_strings, ring_work
 from projections.board import BoardState
 from projections.job import JobView, fold
@@ -75,6 +77,7 @@ class JobStore:
         self._entries = Entries(redis)
         self.format = EventFormat(redis, packed)
         self._virtual = virtual or fair.VirtualTimes()  #: V per priority, shared with the admission passes
+        self._refreshing: asyncio.Task[None] | None = None  #: a read of V on its way (creates never wait for it)
         self._scripts = Scripts(redis, durability)
         self._cluster = is_cluster(redis)
         self._retention_ms = retention_ms
@@ -112,11 +115,23 @@ class JobStore:
     async def _turn(self, view: JobView, now_ms: int) -> tuple[str, list[str | int]]:
         """The turns key of a new job's fairness key and priority, and fair_turn.lua's ARGV for it."""
         scheduling = view.scheduling
-        if self._virtual.stale(now_ms):  # no admission pass of this replica brought V lately
+        if self._virtual.learnt_at_ms is None:  # the first create of this replica: nothing to go by yet
             self._virtual.learn(await read_virtual(self._redis), now_ms)
+        elif self._virtual.stale(now_ms) and self._refreshing is None:  # no admission pass brought V lately
+            # Read behind the create's back: a write that waited for it would land after later creates' writes
+            # and take a later turn (a stale V only favours newcomers a little)
+            self._refreshing = asyncio.create_task(self._refresh_virtual(now_ms))
         key = keys.turns(keys.fairness_partition(scheduling.fairness_key), scheduling.priority)
         virtual = self._virtual.tag(scheduling.priority)
         return key, [scheduling.fairness_key, virtual, fair.advance(scheduling.fairness_weight), fair.MAX_TAG]
+
+    async def _refresh_virtual(self, now_ms: int) -> None:
+        try:
+            self._virtual.learn(await read_virtual(self._redis), now_ms)
+        except REDIS_FAILURES:
+            pass  # the next create past the refresh interval tries again
+        finally:
+            self._refreshing = None
 
     async def append(
         self,
