@@ -18,7 +18,8 @@ from broker.driver.gate import Gate
 from broker.driver.runner import Deps
 from broker.driver.supervisor import Supervisor
 from broker.errors import LegacyLayout
-from broker.hermes.client import AiohttpHermesClient, HermesClient
+from broker.hermes.client import HermesClient
+from broker.hermes.fleet import Fleet
 from broker.http import health, listing, routes, sse
 from broker.http.appkeys import (
     InFlight,
@@ -27,6 +28,7 @@ from broker.http.appkeys import (
     clock_key,
     config_key,
     draining_key,
+    fleet_key,
     hermes_key,
     inflight_key,
     metrics_key,
@@ -68,7 +70,8 @@ def create_app(
 ) -> web.Application:
     """Build the broker app; `redis_url` overrides `config.redis_url` (the embedded server's URL).
 
-    `drive=False` serves the API without driving jobs (tests of the HTTP surface alone).
+    `drive=False` serves the API without driving jobs (tests of the HTTP surface alone); `hermes` replaces the
+    first upstream's client.
     """
     envelope_protocol_errors()
     app = web.Application(client_max_size=MAX_BODY, middlewares=[_request_log, error_middleware])
@@ -77,9 +80,11 @@ def create_app(
     app[metrics_key] = Metrics()
     app[draining_key] = [False]
     app[inflight_key] = InFlight()
-    app[hermes_key] = hermes or AiohttpHermesClient(
-        config.hermes_url, config.hermes_api_key, config.hermes_timeout_ms, observe=app[metrics_key].observe_hermes
+    # one client per upstream, each with its own key (SPEC S10); `hermes` (a test's) stands in for the first
+    app[fleet_key] = Fleet.build(
+        config.upstreams, config.hermes_timeout_ms, observe=app[metrics_key].observe_hermes, first=hermes
     )
+    app[hermes_key] = app[fleet_key].first
     app.cleanup_ctx.append(_redis_context(redis_url or config.redis_url))
     if drive:
         app.cleanup_ctx.append(_driver_context)
@@ -117,6 +122,11 @@ def _redis_context(url: str | None) -> Callable[[web.Application], AsyncIterator
             await redis.aclose()
             raise
         log.info("Connected to Redis.", extra={"redis": _safe(url), "cluster": config.redis_cluster})
+        if len(app[fleet_key]) > 1:  # SPEC S10 is built in steps: this one has every client, jobs go to the first
+            log.warning(
+                "Several Hermes upstreams are configured; this version sends every job to the first.",
+                extra={"upstreams": ",".join(u.name for u in app[fleet_key].upstreams)},
+            )
         app[redis_key] = redis
         durability = Durability(config.redis_wait_replicas, config.redis_wait_timeout_ms)
         virtual = VirtualTimes()  # the line's virtual time (SPEC S4.2): passes learn it, creates read it
@@ -201,7 +211,7 @@ async def drain(app: web.Application) -> None:
 
 
 async def _close_hermes(app: web.Application) -> None:
-    await app[hermes_key].aclose()
+    await app[fleet_key].aclose()
 
 
 def _safe(url: str) -> str:

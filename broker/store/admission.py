@@ -93,7 +93,7 @@ class Pacing:
     @classmethod
     def from_config(cls, config: Config) -> Pacing:
         return cls(
-            pinned=config.hermes_max_concurrent,
+            pinned=config.upstreams[0].max_concurrent,  # the first upstream's (SPEC S10: per upstream to come)
             slot_ttl_ms=config.runs_lease_ms,
             backoff_ms=config.runs_backoff_ms,
             backoff_max_ms=config.runs_backoff_max_ms,
