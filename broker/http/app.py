@@ -54,6 +54,7 @@ from broker.store.entries import settle_fresh_store
 from broker.store.jobs import JobStore
 from broker.store.leases import Leases
 from broker.store.migrate import MIGRATION_COMMAND, legacy_keys
+from broker.store.upstream_admission import slots_of
 
 MAX_BODY = 10_000_000
 
@@ -138,7 +139,9 @@ def _redis_context(url: str | None) -> Callable[[web.Application], AsyncIterator
             delta_retention_ms=config.runs_delta_retention_ms,
             virtual=virtual,
         )
-        app[admission_key] = AdmissionStore(redis, Pacing.from_config(config), virtual)
+        app[admission_key] = AdmissionStore(
+            redis, Pacing.from_config(config), virtual, slots_of(app[fleet_key].upstreams)
+        )
         board = BoardSettings.from_config(config)
         app[writer_key] = Writer(app[store_key], app[clock_key], app[metrics_key], board)
         app[service_key] = JobService(

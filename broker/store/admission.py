@@ -25,7 +25,7 @@ reads instead of 64; a job that went back in line at another replica is seen by 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import cast
 
 from attrs import frozen
@@ -37,14 +37,14 @@ from broker.config import Config
 from broker.events import HoldReason, JobStatus
 from broker.store import keys
 from broker.store.leases import new_token
+from broker.store.replies import ints_and_ids as _ints_and_ids
+from broker.store.replies import scored as _scored
+from broker.store.replies import text as _text
 from broker.store.scripts import Scripts, run_many
+from broker.store.upstream_admission import UpstreamSlots, figures
 
 #: How often a pass reads every partition's line (else only those known to hold waiting jobs).
 FULL_READ_MS = 500
-
-_REASONS = frozenset(reason.value for reason in HoldReason)
-_KEYS = [keys.ADMISSION_STATE, keys.ADMISSION_LIVE, keys.ADMISSION_SLOTS]
-_RESERVE_KEYS = [*_KEYS, keys.ADMISSION_RESERVED]
 
 
 @frozen
@@ -101,10 +101,21 @@ class Pacing:
 
 
 class AdmissionStore:
-    def __init__(self, redis: Redis, pacing: Pacing, virtual: fair.VirtualTimes | None = None) -> None:
+    """The line (one for all upstreams) and the upstreams' admission; `upstreams` in HERMES_URL order, the first
+    with `pacing.pinned` (SPEC S10: jobs are admitted to the first upstream; the others' figures are read)."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        pacing: Pacing,
+        virtual: fair.VirtualTimes | None = None,
+        upstreams: Sequence[UpstreamSlots] = (),
+    ) -> None:
         self._redis = redis
         self._scripts = Scripts(redis)
         self.pacing = pacing
+        self.upstreams = tuple(upstreams) or (UpstreamSlots("", keys.FIRST_ADMISSION, pacing.pinned),)
+        self._first = self.upstreams[0].keys
         self.virtual = virtual or fair.VirtualTimes()  #: V per priority, learnt with every pass (SPEC S4.2)
         self._drifted: list[int] = []  #: partitions read with an empty line but counts of waiting jobs
         self._waiting: set[int] = set()  #: partitions last seen (or heard) with waiting jobs, by this replica
@@ -120,7 +131,8 @@ class AdmissionStore:
         p = self.pacing
         reply = _ints_and_ids(
             await self._scripts.admission_admit(
-                keys=_RESERVE_KEYS, args=[now_ms, most, p.slot_ttl_ms, p.pinned, INITIAL_LIMIT, new_token()]
+                keys=self._first.reserving,
+                args=[now_ms, most, p.slot_ttl_ms, p.pinned, INITIAL_LIMIT, new_token()],
             )
         )
         wake, reservations = int(reply[0]), reply[6:]
@@ -163,7 +175,8 @@ class AdmissionStore:
             created = claimed[5] if len(claimed) > 5 else None
             grants.append(Grant(job_id, token, stored, None if created is None else _text(created)))
         await self._scripts.admission_grant(
-            keys=_RESERVE_KEYS, args=[now_ms, p.slot_ttl_ms, len(grants), *triples, *reservations[len(grants) :]]
+            keys=self._first.reserving,
+            args=[now_ms, p.slot_ttl_ms, len(grants), *triples, *reservations[len(grants) :]],
         )
         if self._drifted:  # rare: jobs moved by an older broker's scripts, which do not count them
             drifted, self._drifted = self._drifted, []
@@ -230,11 +243,16 @@ class AdmissionStore:
         others = [head for head in merged if head[0] != score]
         return fair.by_arrival(others + found, arrived)
 
-    async def accepted(self, job_id: str, now_ms: int) -> Acceptance:
-        p = self.pacing
+    def upstream(self, name: str | None) -> UpstreamSlots:
+        """The admission of the upstream named `name`; the first for None or a name not configured (a job an
+        older broker accepted names none; SPEC S10 `job.accepted` defaults to the first upstream)."""
+        return next((u for u in self.upstreams if u.name == name), self.upstreams[0])
+
+    async def accepted(self, job_id: str, now_ms: int, *, upstream: str | None = None) -> Acceptance:
+        p, at = self.pacing, self.upstream(upstream)
         reply = await self._scripts.admission_accepted(
-            keys=[keys.ADMISSION_STATE, keys.ADMISSION_LIVE, keys.ADMISSION_SLOTS],
-            args=[job_id, now_ms, p.pinned, p.quiet_ms, INITIAL_LIMIT, p.slot_ttl_ms],
+            keys=at.keys.scripts,
+            args=[job_id, now_ms, at.pinned, p.quiet_ms, INITIAL_LIMIT, p.slot_ttl_ms],
         )
         limit, grew, ended = (int(x) for x in cast(list[int], reply))
         return Acceptance(limit, grew == 1, ended == 1)
@@ -249,11 +267,12 @@ class AdmissionStore:
         retry_after_ms: int | None,
         jitter: float,
         place: str,
+        upstream: str | None = None,
     ) -> Refusal:
-        """The job goes back to its place (`place` when its slot no longer knows it); the line learns."""
-        p = self.pacing
+        """The job goes back to its place (`place` when its slot no longer knows it); the upstream learns."""
+        p, at = self.pacing, self.upstream(upstream)
         reply = await self._scripts.admission_refused(
-            keys=_KEYS,
+            keys=at.keys.scripts,
             args=[
                 job_id,
                 now_ms,
@@ -263,7 +282,7 @@ class AdmissionStore:
                 p.backoff_ms,
                 p.backoff_max_ms,
                 repr(jitter),
-                p.pinned,
+                at.pinned,
                 "1" if reason is HoldReason.BUSY else "0",
                 place,
                 INITIAL_LIMIT,
@@ -273,24 +292,27 @@ class AdmissionStore:
         await self.enter(job_id, back)
         return Refusal(int(retry_at), began == "1", int(limit), changed == "1")
 
-    async def release(self, job_id: str, *, freed: bool) -> bool:
+    async def release(self, job_id: str, *, freed: bool, upstream: str | None = None) -> bool:
         """Give the job's slot up; True when this ended a refusal (a settled run freed the slot)."""
         reply = await self._scripts.admission_release(
-            keys=[keys.ADMISSION_STATE, keys.ADMISSION_LIVE, keys.ADMISSION_SLOTS],
+            keys=self.upstream(upstream).keys.scripts,
             args=[job_id, "1" if freed else "0"],
         )
         return int(cast(list[int], reply)[1]) == 1
 
-    async def requeue(self, job_id: str, place: str) -> None:
-        back = await self._scripts.admission_requeue(keys=_KEYS, args=[job_id, place])
+    async def requeue(self, job_id: str, place: str, *, upstream: str | None = None) -> None:
+        back = await self._scripts.admission_requeue(keys=self.upstream(upstream).keys.scripts, args=[job_id, place])
         await self.enter(job_id, back.decode() if isinstance(back, bytes) else str(back))
 
-    async def hold(self, job_ids: Iterable[str], now_ms: int, *, renew_only: bool = False) -> None:
-        """(Re)take the slots of live runs this replica drives: renewals (`renew_only`) and takeovers."""
+    async def hold(
+        self, job_ids: Iterable[str], now_ms: int, *, renew_only: bool = False, upstream: str | None = None
+    ) -> None:
+        """(Re)take the slots of live runs this replica drives on one upstream: renewals (`renew_only`) and
+        takeovers."""
         expiry = now_ms + self.pacing.slot_ttl_ms
         mapping: dict[str, float] = {job_id: expiry for job_id in job_ids}
         if mapping:
-            await self._redis.zadd(keys.ADMISSION_LIVE, mapping, xx=renew_only)
+            await self._redis.zadd(self.upstream(upstream).keys.live, mapping, xx=renew_only)
 
     async def enter(self, job_id: str, place: str) -> None:
         """Make sure a waiting job is in the line (jobs of an older broker, or after a lost write), counted among
@@ -310,8 +332,9 @@ class AdmissionStore:
             (fair.front(p), f"({fair.front(p + 1)}" if p < fair.PRIORITIES[-1] else "+inf") for p in fair.PRIORITIES
         ]
         async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.hgetall(keys.ADMISSION_STATE)
-            pipe.zcount(keys.ADMISSION_LIVE, f"({now_ms}", "+inf")
+            for upstream in self.upstreams:  # one slot each (SPEC S10)
+                pipe.hgetall(upstream.keys.state)
+                pipe.zcount(upstream.keys.live, f"({now_ms}", "+inf")
             for partition in keys.partitions() if lines else ():
                 line = keys.line(partition)
                 pipe.zcount(line, "-inf", f"({fair.BASE}")  # ahead of the bands
@@ -319,31 +342,35 @@ class AdmissionStore:
                     pipe.zcount(line, low, high)
                 pipe.hgetall(keys.fair(partition))
                 pipe.execute_command("ZRANGE", keys.runs_index(partition, JobStatus.QUEUED.value), 0, 0, "WITHSCORES")
-            fields, live, *read = await pipe.execute()
-        s = cast(dict[str, str], fields)
-        refusing = s.get("refusing", "")
+            replies = await pipe.execute()
+        n = 2 * len(self.upstreams)
+        shares = [
+            figures(upstream, cast(dict[str, str], state), int(live))
+            for upstream, state, live in zip(self.upstreams, replies[:n:2], replies[1:n:2], strict=True)
+        ]
+        first, read = shares[0], replies[n:]
         per = 3 + len(fair.PRIORITIES)
         counts = [read[i : i + per] for i in range(0, len(read), per)]
         ahead = sum(int(c[0]) for c in counts)
         by_priority = tuple(sum(int(c[1 + i]) for c in counts) for i in range(len(fair.PRIORITIES)))
         oldest = min((score for c in counts for _, score in _scored(c[-1])), default=None)
         loads = fair.top_keys(entry for c in counts for entry in _key_counts(cast(dict[str, str], c[-2])))
-        pinned = self.pacing.pinned
         return LineState(
-            limit=pinned or int(s.get("limit") or INITIAL_LIMIT),
-            learnt=pinned == 0,
-            live=int(live),
+            limit=first.limit,
+            learnt=first.learnt,
+            live=first.live,
             waiting=ahead + sum(by_priority),
             oldest_wait_ms=None if oldest is None else max(0, now_ms - int(oldest)),
-            refusing=HoldReason(refusing) if refusing in _REASONS else None,
-            detail=s.get("detail", ""),
-            since_ms=int(s.get("since") or 0),
-            retry_at_ms=int(s.get("retry_at") or 0),
-            probes=int(s.get("probes") or 0),
-            refused=int(s.get("refused") or 0),
+            refusing=first.refusing,
+            detail=first.detail,
+            since_ms=first.since_ms,
+            retry_at_ms=first.retry_at_ms,
+            probes=first.probes,
+            refused=first.refused,
             by_priority=by_priority,
             ahead=ahead,
             keys=tuple(loads),
+            upstreams=tuple(shares),
         )
 
 
@@ -360,22 +387,3 @@ async def read_virtual(redis: Redis) -> list[int]:
     """The virtual time of each priority (SPEC S4.2) as the admission state keeps it."""
     values = await redis.hmget(keys.ADMISSION_STATE, [f"v{priority}" for priority in fair.PRIORITIES])
     return [int(float(value or 0)) for value in values]
-
-
-def _scored(reply: object) -> list[tuple[str, float]]:
-    """A raw ZRANGE ... WITHSCORES reply as (member, score) pairs: RESP2 sends [member, score, ...], RESP3
-    (the cluster client) [[member, score], ...]."""
-    items = cast(list[object], reply)
-    if items and isinstance(items[0], list | tuple):
-        return [(str(member), float(score)) for member, score in cast(list[tuple[str, float]], items)]
-    flat = cast(list[str], items)
-    return [(flat[i], float(flat[i + 1])) for i in range(0, len(flat), 2)]
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _ints_and_ids(reply: object) -> list[str]:
-    # redis-py types script replies loosely: a list of ints and bytes/str
-    return [x.decode() if isinstance(x, bytes) else str(x) for x in cast(list[bytes | str | int], reply)]
