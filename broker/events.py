@@ -116,6 +116,8 @@ class RunAccepted:
     at_ms: int
     attempt: int
     hermes_run_id: str
+    #: the upstream that accepted the run, by name (SPEC S10); None: a broker before S10 wrote it (the first upstream)
+    upstream: str | None = None
 
 
 @frozen(kw_only=True)

@@ -138,7 +138,14 @@ def by_type(job_id: str = JOB_ID) -> dict[type, st.SearchStrategy[JobEvent]]:
             attempt=attempts,
             detail=st.none() | texts,
         ),
-        RunAccepted: st.builds(RunAccepted, job_id=j, at_ms=at_ms, attempt=attempts, hermes_run_id=run_ids),
+        RunAccepted: st.builds(
+            RunAccepted,
+            job_id=j,
+            at_ms=at_ms,
+            attempt=attempts,
+            hermes_run_id=run_ids,
+            upstream=st.sampled_from([None, "hermes-1:8642", "hermes-2:8642/agent"]),  # None: before SPEC S10
+        ),
         HermesEventRecorded: hermes_event(job_id),
         DeltasDropped: st.builds(DeltasDropped, job_id=j, at_ms=at_ms, attempt=attempts, count=st.integers(0, 1000)),
         RunInterrupted: st.builds(

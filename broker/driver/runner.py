@@ -54,6 +54,7 @@ class Deps:
     policy: Policy
     poll_interval_ms: int
     jitter: Callable[[], float] = random.random
+    upstream: str | None = None  #: the name of the upstream `hermes` talks to (SPEC S10), recorded on acceptance
 
 
 class Runner:
@@ -159,7 +160,10 @@ class Runner:
             ).retry_at_ms
             self.has_slot = False
         snapshot = await self._commit(
-            snapshot, lambda v: decide.on_create(v, action.attempt, outcome, now, retry_at_ms=retry_at, policy=policy)
+            snapshot,
+            lambda v: decide.on_create(
+                v, action.attempt, outcome, now, retry_at_ms=retry_at, policy=policy, upstream=deps.upstream
+            ),
         )
         if isinstance(outcome, Accepted):
             self.ran = True

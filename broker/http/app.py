@@ -172,6 +172,7 @@ async def _driver_context(app: web.Application) -> AsyncIterator[None]:
         metrics=app[metrics_key],
         policy=Policy.from_config(config),
         poll_interval_ms=config.runs_poll_interval_ms,
+        upstream=app[fleet_key].upstreams[0].name,
     )
     supervisor = Supervisor(app[redis_key], deps, concurrency=config.runs_concurrency)
     gate.wake = supervisor.ring

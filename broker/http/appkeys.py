@@ -34,6 +34,11 @@ fleet_key = web.AppKey("fleet", Fleet)  #: every upstream with its client
 draining_key = web.AppKey("draining", list[bool])  #: a one-element flag, set on SIGTERM
 
 
+def first_upstream(app: web.Application) -> str:
+    """The first upstream's name (SPEC S10): a run accepted by a broker before S10 ran there."""
+    return app[fleet_key].upstreams[0].name
+
+
 class InFlight:
     """Requests being answered, so that a drain can wait for them while /readyz keeps answering 503."""
 
