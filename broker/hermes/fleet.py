@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from broker.hermes.client import AiohttpHermesClient, HermesClient, Observer
 from broker.upstreams import Upstream
+
+#: The client of an upstream by name (the first's for None): what talks to an attempt's upstream needs (SPEC S10).
+ClientOf = Callable[[str | None], HermesClient]
 
 
 class Fleet:
@@ -47,6 +50,10 @@ class Fleet:
     def client(self, name: str) -> HermesClient:
         """The client of the upstream named `name`; KeyError for a name this broker does not know."""
         return self._by_name[name]
+
+    def client_or_first(self, name: str | None) -> HermesClient:
+        """The client of `name`; the first's for None (a run accepted before SPEC S10) or a name no longer listed."""
+        return self._by_name.get(name or "", self.first)
 
     def __iter__(self) -> Iterator[tuple[Upstream, HermesClient]]:
         return iter(self._members)

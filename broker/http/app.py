@@ -123,11 +123,9 @@ def _redis_context(url: str | None) -> Callable[[web.Application], AsyncIterator
             await redis.aclose()
             raise
         log.info("Connected to Redis.", extra={"redis": _safe(url), "cluster": config.redis_cluster})
-        if len(app[fleet_key]) > 1:  # SPEC S10 is built in steps: this one has every client, jobs go to the first
-            log.warning(
-                "Several Hermes upstreams are configured; this version sends every job to the first.",
-                extra={"upstreams": ",".join(u.name for u in app[fleet_key].upstreams)},
-            )
+        if len(app[fleet_key]) > 1:
+            upstreams = ",".join(u.name for u in app[fleet_key].upstreams)
+            log.info("Routing jobs to several Hermes upstreams.", extra={"upstreams": upstreams})
         app[redis_key] = redis
         durability = Durability(config.redis_wait_replicas, config.redis_wait_timeout_ms)
         virtual = VirtualTimes()  # the line's virtual time (SPEC S4.2): passes learn it, creates read it
@@ -152,6 +150,7 @@ def _redis_context(url: str | None) -> Callable[[web.Application], AsyncIterator
             hermes=app[hermes_key],
             admission=app[admission_key],
             fairness=FairnessSettings.from_config(config),
+            client_of=app[fleet_key].client_or_first,
         )
         yield
         await redis.aclose()
@@ -173,6 +172,7 @@ async def _driver_context(app: web.Application) -> AsyncIterator[None]:
         policy=Policy.from_config(config),
         poll_interval_ms=config.runs_poll_interval_ms,
         upstream=app[fleet_key].upstreams[0].name,
+        fleet=app[fleet_key],
     )
     supervisor = Supervisor(app[redis_key], deps, concurrency=config.runs_concurrency)
     gate.wake = supervisor.ring
@@ -194,7 +194,13 @@ async def _deltas_context(app: web.Application) -> AsyncIterator[None]:
 async def _board_context(app: web.Application) -> AsyncIterator[None]:
     """Board delivery (SPEC S5): detached from the driver, stopped first on the way out."""
     board = BoardService(
-        app[config_key], app[redis_key], app[writer_key], app[hermes_key], app[clock_key], app[metrics_key]
+        app[config_key],
+        app[redis_key],
+        app[writer_key],
+        app[hermes_key],
+        app[clock_key],
+        app[metrics_key],
+        client_of=app[fleet_key].client_or_first,
     )
     app[board_key] = board
     await board.start()

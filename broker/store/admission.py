@@ -32,7 +32,9 @@ from attrs import frozen
 from redis.asyncio import Redis
 
 from broker.admission import fair
+from broker.admission.route import route, take
 from broker.admission.state import INITIAL_LIMIT, QUIET_MS, LineState
+from broker.codec import decode_view
 from broker.config import Config
 from broker.events import HoldReason, JobStatus
 from broker.store import keys
@@ -41,7 +43,7 @@ from broker.store.replies import ints_and_ids as _ints_and_ids
 from broker.store.replies import scored as _scored
 from broker.store.replies import text as _text
 from broker.store.scripts import Scripts, run_many
-from broker.store.upstream_admission import UpstreamSlots, figures
+from broker.store.upstream_admission import UpstreamSlots, figures, grant_calls, need_of, reserved
 
 #: How often a pass reads every partition's line (else only those known to hold waiting jobs).
 FULL_READ_MS = 500
@@ -53,6 +55,8 @@ class Grant:
     token: str  #: the run lease taken with the grant
     stored: dict[str, str]  #: the job's view hash as claimed (the fields it has), for its runner
     created: str | None  #: its JobCreated event JSON (the execution body), for its runner
+    upstream: str | None = None  #: the upstream whose slot it holds (SPEC S10); None: it waits, without a slot
+    moved_from: str | None = None  #: the upstream it was bound to, down too long (SPEC S10)
 
 
 @frozen
@@ -128,20 +132,21 @@ class AdmissionStore:
         full = now_ms - self._full_read_at >= FULL_READ_MS
         if not full and not self._waiting:
             return Grants([], None)  # no waiting job known here: the next full read looks again
-        p = self.pacing
-        reply = _ints_and_ids(
-            await self._scripts.admission_admit(
-                keys=self._first.reserving,
-                args=[now_ms, most, p.slot_ttl_ms, p.pinned, INITIAL_LIMIT, new_token()],
-            )
+        p, token = self.pacing, new_token()
+        replies = await run_many(  # every upstream's own slot (SPEC S10); one script in one round trip for one URL
+            self._redis,
+            self._scripts.admission_admit,
+            [(u.keys.reserving, [now_ms, most, p.slot_ttl_ms, u.pinned, INITIAL_LIMIT, token]) for u in self.upstreams],
         )
-        wake, reservations = int(reply[0]), reply[6:]
-        self.virtual.learn([int(float(tag)) for tag in reply[1:6]], now_ms)
-        if not reservations:
-            return Grants([], wake or None)  # at the limit, or pacing a refusal: one round trip
+        answers = [reserved(u, _ints_and_ids(reply)) for u, reply in zip(self.upstreams, replies, strict=True)]
+        wake = min((a.wake_at_ms for a in answers if a.wake_at_ms), default=0)
+        self.virtual.learn(answers[0].virtual, now_ms)
+        count = sum(len(a.reservations) for a in answers)
+        if not count:
+            return Grants([], wake or None)  # at the limits, or pacing refusals: one round trip
         if full:
             self._full_read_at = now_ms
-        heads = await self._heads(len(reservations), keys.partitions() if full else sorted(self._waiting))
+        heads = await self._heads(min(count, most), keys.partitions() if full else sorted(self._waiting))
         claims = await run_many(
             self._redis,
             self._scripts.admission_claim,
@@ -161,23 +166,26 @@ class AdmissionStore:
             ],
         )
         grants: list[Grant] = []
-        triples: list[str] = []
-        for (job_id, token, _), claim in zip(heads, claims, strict=True):
+        routed: dict[str, list[tuple[str, str]]] = {}
+        standings = [a.standing for a in answers]
+        for (job_id, lease_token, _), claim in zip(heads, claims, strict=True):
             claimed = cast(list[object], claim)
             if claimed[0] != 1:
                 continue  # another replica took it (or drives it): it is not granted here
-            triples += [reservations[len(grants)], job_id, _text(claimed[1])]
             stored = {
                 name: _text(value)
                 for name, value in zip(("state", "last_id", "board"), claimed[2:5], strict=False)
                 if value is not None
             }
-            created = claimed[5] if len(claimed) > 5 else None
-            grants.append(Grant(job_id, token, stored, None if created is None else _text(created)))
-        await self._scripts.admission_grant(
-            keys=self._first.reserving,
-            args=[now_ms, p.slot_ttl_ms, len(grants), *triples, *reservations[len(grants) :]],
-        )
+            created = _text(claimed[5]) if len(claimed) > 5 and claimed[5] is not None else None
+            need = need_of(decode_view(stored["state"]) if "state" in stored else None, self.upstreams[0].name)
+            choice = route(standings, need, now_ms)  # SPEC S10: a pure decision
+            if choice.upstream is not None:
+                standings = take(standings, choice.upstream)
+                routed.setdefault(choice.upstream, []).append((job_id, _text(claimed[1])))
+            # a job that waits for its busy upstream is driven without a slot: its runner puts it back in line
+            grants.append(Grant(job_id, lease_token, stored, created, choice.upstream, choice.moved_from))
+        await run_many(self._redis, self._scripts.admission_grant, grant_calls(answers, routed, now_ms, p.slot_ttl_ms))
         if self._drifted:  # rare: jobs moved by an older broker's scripts, which do not count them
             drifted, self._drifted = self._drifted, []
             calls: list[tuple[list[str], list[str]]] = [

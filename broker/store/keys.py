@@ -51,7 +51,7 @@ hbr:{adm}:state              hash    the learnt limit and the refusal (probe) st
 hbr:{adm:<name>}:live, :reserved, :slots, :state
                                      the same four for every upstream but the first    as {adm}
                                      (SPEC S10), `<name>` its name (`hermes-2:8642`);
-                                     its state hash holds no `v1`..`v5`
+                                     (`v1`..`v5` there are not read: V is the first's)
 
 Several Hermes deployments (SPEC S10): each upstream has its own admission (limit, live slots, refusal) in a
 slot of its own. The FIRST upstream of HERMES_URL keeps `{adm}`, so a one-URL broker and a store of the broker

@@ -7,10 +7,12 @@ from collections.abc import Sequence
 
 from attrs import frozen
 
+from broker.admission.route import Need, Standing
 from broker.admission.state import INITIAL_LIMIT, UpstreamFigures
 from broker.events import HoldReason
 from broker.store import keys
 from broker.upstreams import Upstream
+from projections.job import JobView
 
 _REASONS = frozenset(reason.value for reason in HoldReason)
 
@@ -44,3 +46,58 @@ def figures(upstream: UpstreamSlots, state: dict[str, str], live: int) -> Upstre
         probes=int(state.get("probes") or 0),
         refused=int(state.get("refused") or 0),
     )
+
+
+@frozen
+class Reserved:
+    """One upstream's answer to a pass's reservation (admission_admit.lua)."""
+
+    upstream: UpstreamSlots
+    wake_at_ms: int  #: when its next probe may go while it refuses (0: none)
+    virtual: list[int]  #: V per priority as its state keeps it (read from the first upstream's only)
+    standing: Standing  #: what routing reads (SPEC S10)
+    reservations: list[str]
+
+
+def reserved(upstream: UpstreamSlots, reply: list[str]) -> Reserved:
+    """Parse `{wake_at, v1..v5, limit, in_use, refusing, since, reservation...}`."""
+    refusing = reply[8]
+    standing = Standing(
+        name=upstream.name,
+        limit=int(reply[6]),
+        in_use=int(reply[7]),
+        free=len(reply) - 10,
+        refusing=HoldReason(refusing) if refusing in _REASONS else None,
+        refusing_since_ms=int(reply[9] or 0),
+    )
+    return Reserved(upstream, int(reply[0]), [int(float(tag)) for tag in reply[1:6]], standing, reply[10:])
+
+
+def need_of(view: JobView | None, first: str) -> Need:
+    """What routing needs of a claimed job: a resubmit (attempt n > 1) is bound to its interrupted run's upstream
+    (the first for a run accepted before S10), to go elsewhere as soon as that one is down (SPEC S10)."""
+    if view is None or view.attempt <= 1:
+        return Need()
+    return Need(bound=view.upstream or first, patience_ms=0)
+
+
+def grant_calls(
+    answers: Sequence[Reserved], routed: dict[str, list[tuple[str, str]]], now_ms: int, slot_ttl_ms: int
+) -> list[tuple[list[str], list[str | int]]]:
+    """One admission_grant.lua call per upstream: its jobs (job, place) with its reservations, the unused ones
+    back; the first upstream's call also moves V past the places of the jobs granted on the others."""
+    calls: list[tuple[list[str], list[str | int]]] = []
+    elsewhere = [place for answer in answers[1:] for _, place in routed.get(answer.upstream.name, [])]
+    for index, answer in enumerate(answers):
+        jobs = routed.get(answer.upstream.name, [])
+        if not answer.reservations and not (index == 0 and elsewhere):
+            continue
+        triples: list[str | int] = []
+        for reservation, (job_id, place) in zip(answer.reservations, jobs, strict=False):
+            triples += [reservation, job_id, place]
+        unused = answer.reservations[len(jobs) :]
+        others: list[str] = elsewhere if index == 0 else []
+        calls.append(
+            (answer.upstream.keys.reserving, [now_ms, slot_ttl_ms, len(jobs), len(unused), *triples, *unused, *others])
+        )
+    return calls

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestServer
 
 from broker.events import RunAccepted
 from broker.http.appkeys import store_key
-from broker.simulator.state import Simulator
+from broker.simulator.app import create_app as create_simulator
+from broker.simulator.control import simulator_key
+from broker.simulator.state import Settings, Simulator
 from tests.integration.conftest import ClientFactory
-from tests.integration.driver.conftest import create, job, settled
+from tests.integration.driver.conftest import create, eventually, job, settled
 
 
 async def test_an_accepted_run_records_its_upstream_and_the_job_shows_it(
@@ -34,3 +37,89 @@ async def test_an_accepted_run_records_its_upstream_and_the_job_shows_it(
     assert [event.upstream for event in accepted] == [name]
     listed: Any = await (await replica.get("/v1/runs")).json()
     assert listed["data"][0]["upstream"] == name
+
+
+@pytest.fixture
+async def second_hermes(aiohttp_server: Any) -> TestServer:
+    """Another Hermes deployment (SPEC S10): a second simulator process-alike on its own port."""
+    server: TestServer = await aiohttp_server(create_simulator(Settings(step_s=0.01, events_wait_s=0.2)))
+    return server
+
+
+def url_of(server: TestServer) -> str:
+    return str(server.make_url("")).rstrip("/")
+
+
+def sim_of(server: TestServer) -> Simulator:
+    return server.app[simulator_key]  # type: ignore[index]
+
+
+def creates(sim: Simulator) -> list[str]:
+    return [r["idempotency_key"] for r in sim.requests if r["method"] == "POST" and r["path"] == "/v1/runs"]
+
+
+async def test_jobs_spread_over_two_upstreams_each_within_its_own_limit(
+    make_replica: ClientFactory, hermes_server: TestServer, second_hermes: TestServer, sim: Simulator
+) -> None:
+    # Given two upstreams with room for 2 and 4 runs, pinned at their capacity, and two replicas
+    other = sim_of(second_hermes)
+    sim.settings.max_concurrent, other.settings.max_concurrent = 2, 4
+    settings = {"hermes_url": f"{url_of(hermes_server)},{url_of(second_hermes)}", "hermes_max_concurrent": (2, 4)}
+    a, b = await make_replica(**settings), await make_replica(**settings)
+    # When 18 jobs arrive through both
+    arrival = [(await create(a if i % 2 else b, {"input": f"job {i} sleep:0.2"}))["run_id"] for i in range(18)]
+    done = [await settled(a, job_id, timeout=30) for job_id in arrival]
+    # Then every job completed once, each on the upstream its object names, and neither Hermes saw more than its
+    # cap live or refused a create: the line filled both
+    assert all(d["status"] == "completed" for d in done)
+    first, second = url_of(hermes_server).removeprefix("http://"), url_of(second_hermes).removeprefix("http://")
+    on_first = {d["run_id"] for d in done if d["upstream"] == first}
+    on_second = {d["run_id"] for d in done if d["upstream"] == second}
+    assert on_first | on_second == set(arrival)
+    assert sorted(creates(sim)) == sorted(on_first) and sorted(creates(other)) == sorted(on_second)
+    assert sim.stats()["peak_live"] <= 2 and other.stats()["peak_live"] <= 4
+    assert other.stats()["peak_live"] >= 3  # the larger one was filled past the smaller one's capacity
+    assert len(on_second) > len(on_first)
+    refused = [r for s in (sim, other) for r in s.requests if r["path"] == "/v1/runs" and r["status"] == 429]
+    assert refused == []
+    admission = (await (await a.get("/readyz")).json())["admission"]["upstreams"]
+    assert [(u["name"], u["live"], u["limit"]) for u in admission] == [(first, 0, 2), (second, 0, 4)]
+
+
+async def test_stop_and_approval_reach_the_upstream_of_the_run(
+    make_replica: ClientFactory, hermes_server: TestServer, second_hermes: TestServer, sim: Simulator
+) -> None:
+    # Given the first upstream full (pinned at 1, one long run), so the next jobs go to the second
+    other = sim_of(second_hermes)
+    replica = await make_replica(
+        hermes_url=f"{url_of(hermes_server)},{url_of(second_hermes)}", hermes_max_concurrent=(1, 4)
+    )
+    blocker = await create(replica, {"input": "block sleep:5"})
+    await eventually(lambda: _running(replica, blocker["run_id"]))
+    asking = await create(replica, {"input": "please approval"})
+    stopping = await create(replica, {"input": "long sleep:5"})
+    second = url_of(second_hermes).removeprefix("http://")
+    waiting = await eventually(lambda: _status(replica, asking["run_id"], "waiting_for_approval"))
+    assert waiting["upstream"] == second
+    running = await eventually(lambda: _running(replica, stopping["run_id"]))
+    assert running["upstream"] == second
+    # When the approval is answered and the other job is stopped
+    answer = await replica.post(f"/v1/runs/{asking['run_id']}/approval", json={"choice": "once"})
+    assert answer.status == 200, await answer.text()
+    assert (await replica.post(f"/v1/runs/{stopping['run_id']}/stop")).status in (200, 202)
+    # Then both went to the second upstream (with its run ids), none to the first
+    assert (await settled(replica, asking["run_id"]))["status"] == "completed"
+    assert (await settled(replica, stopping["run_id"]))["status"] == "cancelled"
+    paths = [r["path"] for r in other.requests]
+    assert f"/v1/runs/{waiting['hermes_run_id']}/approval" in paths
+    assert f"/v1/runs/{running['hermes_run_id']}/stop" in paths
+    assert not [r for r in sim.requests if r["path"].endswith(("/approval", "/stop"))]
+
+
+async def _status(client: Any, job_id: str, status: str) -> dict[str, Any] | None:
+    current = await job(client, job_id)
+    return current if current["status"] == status else None
+
+
+async def _running(client: Any, job_id: str) -> dict[str, Any] | None:
+    return await _status(client, job_id, "running")
