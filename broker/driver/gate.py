@@ -7,7 +7,8 @@ from collections.abc import Callable, Iterable
 from broker.driver.decide import Refused
 from broker.logging import get_logger
 from broker.metrics import Metrics
-from broker.store.admission import AdmissionStore, Grants, Refusal
+from broker.store.admission import AdmissionStore
+from broker.store.grants import Grants, Refusal
 
 
 class Gate:

@@ -38,6 +38,7 @@ from broker.codec import decode_view
 from broker.config import Config
 from broker.events import HoldReason, JobStatus
 from broker.store import keys
+from broker.store.grants import Acceptance, Grant, Grants, Refusal
 from broker.store.leases import new_token
 from broker.store.replies import ints_and_ids as _ints_and_ids
 from broker.store.replies import scored as _scored
@@ -47,41 +48,8 @@ from broker.store.upstream_admission import UpstreamSlots, figures, grant_calls,
 
 #: How often a pass reads every partition's line (else only those known to hold waiting jobs).
 FULL_READ_MS = 500
-
-
-@frozen
-class Grant:
-    job_id: str
-    token: str  #: the run lease taken with the grant
-    stored: dict[str, str]  #: the job's view hash as claimed (the fields it has), for its runner
-    created: str | None  #: its JobCreated event JSON (the execution body), for its runner
-    upstream: str | None = None  #: the upstream whose slot it holds (SPEC S10); None: it waits, without a slot
-    moved_from: str | None = None  #: the upstream it was bound to, down too long (SPEC S10)
-
-
-@frozen
-class Grants:
-    grants: list[Grant]  #: granted, oldest first, each with its run lease
-    wake_at_ms: int | None  #: when a probe may go while Hermes refuses
-
-    @property
-    def jobs(self) -> list[str]:
-        return [grant.job_id for grant in self.grants]
-
-
-@frozen
-class Refusal:
-    retry_at_ms: int  #: the line's next probe
-    began: bool  #: this refusal began a refusal streak
-    limit: int
-    limit_changed: bool
-
-
-@frozen
-class Acceptance:
-    limit: int
-    grew: bool
-    ended_refusal: bool
+#: Most jobs a replica remembers as waiting for a busy upstream (SPEC S10), not to claim them while it has no room.
+MAX_PARKED = 10_000
 
 
 @frozen(kw_only=True)
@@ -125,6 +93,8 @@ class AdmissionStore:
         self._waiting: set[int] = set()  #: partitions last seen (or heard) with waiting jobs, by this replica
         self._heard: set[int] = set()  #: partitions heard of since the last read began (it may predate the job)
         self._full_read_at = -FULL_READ_MS  #: when a pass last read every partition (epoch ms)
+        #: jobs bound to a busy upstream (SPEC S10), left in line by this replica's passes while it has no room
+        self._parked: dict[str, str] = {}
 
     async def admit(self, now_ms: int, most: int) -> Grants:
         """Take up to `most` jobs off the heads of the lines, oldest first, each with a slot and its run
@@ -146,7 +116,10 @@ class AdmissionStore:
             return Grants([], wake or None)  # at the limits, or pacing refusals: one round trip
         if full:
             self._full_read_at = now_ms
-        heads = await self._heads(min(count, most), keys.partitions() if full else sorted(self._waiting))
+        roomless = {a.upstream.name for a in answers if not a.reservations}
+        parked = {job_id for job_id, upstream in self._parked.items() if upstream in roomless}
+        read = await self._heads(min(count, most) + len(parked), keys.partitions() if full else sorted(self._waiting))
+        heads = [head for head in read if head[0] not in parked][: min(count, most)]
         claims = await run_many(
             self._redis,
             self._scripts.admission_claim,
@@ -183,6 +156,9 @@ class AdmissionStore:
             if choice.upstream is not None:
                 standings = take(standings, choice.upstream)
                 routed.setdefault(choice.upstream, []).append((job_id, _text(claimed[1])))
+                self._parked.pop(job_id, None)
+            elif need.bound is not None:
+                self._park(job_id, need.bound)
             # a job that waits for its busy upstream is driven without a slot: its runner puts it back in line
             grants.append(Grant(job_id, lease_token, stored, created, choice.upstream, choice.moved_from))
         await run_many(self._redis, self._scripts.admission_grant, grant_calls(answers, routed, now_ms, p.slot_ttl_ms))
@@ -193,6 +169,11 @@ class AdmissionStore:
             ]
             await run_many(self._redis, self._scripts.admission_fair_clear, calls)
         return Grants(grants, wake or None)
+
+    def _park(self, job_id: str, upstream: str) -> None:
+        if len(self._parked) >= MAX_PARKED:
+            self._parked.clear()  # a memory bound: at worst those jobs are claimed once more, and parked again
+        self._parked[job_id] = upstream
 
     def heard(self, job_id: str) -> None:
         """A job is (back) in the line: the next pass reads its partition."""

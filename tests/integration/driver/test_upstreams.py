@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
@@ -123,3 +124,38 @@ async def _status(client: Any, job_id: str, status: str) -> dict[str, Any] | Non
 
 async def _running(client: Any, job_id: str) -> dict[str, Any] | None:
     return await _status(client, job_id, "running")
+
+
+@pytest.mark.parametrize("second_down", [False, True], ids=["its-upstream-up", "its-upstream-down"])
+async def test_an_interrupted_run_resubmits_to_its_upstream_while_up_else_elsewhere(
+    make_replica: ClientFactory,
+    hermes_server: TestServer,
+    second_hermes: TestServer,
+    sim: Simulator,
+    second_down: bool,
+) -> None:
+    # Given a job running on the second upstream (the first is full with a short blocker)
+    other = sim_of(second_hermes)
+    replica = await make_replica(
+        hermes_url=f"{url_of(hermes_server)},{url_of(second_hermes)}", hermes_max_concurrent=(1, 4)
+    )
+    blocker = await create(replica, {"input": "block sleep:1"})
+    await eventually(lambda: _running(replica, blocker["run_id"]))
+    created = await create(replica, {"input": "long sleep:2"})
+    running = await eventually(lambda: _running(replica, created["run_id"]))
+    second = url_of(second_hermes).removeprefix("http://")
+    first = url_of(hermes_server).removeprefix("http://")
+    assert running["upstream"] == second
+    # When its run is lost there (Hermes forgot it: 404), the second upstream being up, or draining
+    if second_down:
+        other.settings.draining = True
+    async with aiohttp.ClientSession() as session:
+        url = f"{url_of(second_hermes)}/_sim/runs/{running['hermes_run_id']}/interrupt"
+        async with session.post(url, json={"forget": True}) as answer:
+            assert answer.status == 200
+    # Then attempt 2 runs on the second while it is up, else (once it refused the create) on the first
+    done = await settled(replica, created["run_id"], timeout=30)
+    assert done["status"] == "completed" and done["attempts"] == 2
+    assert done["upstream"] == (first if second_down else second)
+    keys = creates(sim) + creates(other)
+    assert keys.count(f"{created['run_id']}#2") == (2 if second_down else 1)  # a refused create, then the first
