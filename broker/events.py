@@ -159,6 +159,17 @@ class RunResubmitted:
 
 
 @frozen(kw_only=True)
+class JobRerouted:
+    """The job's session moved to another upstream: its own was down past HERMES_AFFINITY_GRACE (SPEC S10)."""
+
+    job_id: str
+    at_ms: int
+    from_upstream: str
+    to_upstream: str
+    reason: str  #: why it moved: the down upstream's refusal reason (`unavailable`, `draining`), `lost` or `removed`
+
+
+@frozen(kw_only=True)
 class StopRequested:
     job_id: str
     at_ms: int
@@ -202,6 +213,7 @@ JobEvent = (
     | DeltasDropped
     | RunInterrupted
     | RunResubmitted
+    | JobRerouted
     | StopRequested
     | ApprovalDenied
     | JobFinished

@@ -19,6 +19,7 @@ from broker.events import (
     JobEvent,
     JobFinished,
     JobHeld,
+    JobRerouted,
     JobStatus,
     Reporting,
     RunAccepted,
@@ -147,6 +148,8 @@ def _apply_live(view: JobView, event: JobEvent) -> JobView:
             return evolve(
                 view, status=status, attempt=attempt, hold_count=0, last_event="job.resubmitted", updated_at_ms=at
             )
+        case JobRerouted(at_ms=at):
+            return evolve(view, last_event="job.rerouted", updated_at_ms=at)
         case StopRequested(at_ms=at):
             status = JobStatus.STOPPING if view.status in _ACTIVE else view.status
             return evolve(view, status=status, stop_requested=True, last_event="job.stop_requested", updated_at_ms=at)

@@ -62,6 +62,7 @@ class Choice:
     upstream: str | None  #: None: the job waits (back to its place in the line)
     #: it was bound to this upstream, down past its patience (or no longer configured); None: it was not moved
     moved_from: str | None = None
+    reason: str | None = None  #: why it moved: the bound one's refusal reason, `lost`, or `removed` (not listed)
 
 
 def route(standings: Sequence[Standing], need: Need, now_ms: int) -> Choice:
@@ -72,7 +73,9 @@ def route(standings: Sequence[Standing], need: Need, now_ms: int) -> Choice:
     best = _best([s for s in standings if s is not bound])
     if best is None:
         return Choice(upstream=None)
-    return Choice(upstream=best.name, moved_from=need.bound)  # bound to one down too long, or no longer listed
+    if need.bound is None:
+        return Choice(upstream=best.name)
+    return Choice(upstream=best.name, moved_from=need.bound, reason=_why(bound))  # down too long, or not listed
 
 
 def take(standings: Sequence[Standing], name: str) -> list[Standing]:
@@ -90,6 +93,14 @@ def route_all(standings: Sequence[Standing], needs: Sequence[Need], now_ms: int)
             current = take(current, choice.upstream)
         choices.append(choice)
     return choices
+
+
+def _why(bound: Standing | None) -> str:
+    if bound is None:
+        return "removed"
+    if bound.lost:
+        return "lost"
+    return bound.refusing.value if bound.refusing is not None else "unavailable"
 
 
 def _best(standings: Sequence[Standing]) -> Standing | None:

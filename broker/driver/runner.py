@@ -21,13 +21,14 @@ from broker.driver import decide
 from broker.driver.decide import Append, Done, Follow, Policy, Queue, StopRun, Submit
 from broker.driver.gate import Gate
 from broker.driver.pump import Pump
-from broker.events import JobCreated, JobEvent
+from broker.events import JobCreated, JobEvent, JobRerouted
 from broker.hermes.client import HermesClient
 from broker.hermes.fleet import Fleet
 from broker.hermes.models import Accepted, HermesRun, NotFound
 from broker.jobs.writer import Writer
 from broker.logging import get_logger
 from broker.metrics import Metrics
+from broker.store.affinity import Affinity
 from broker.store.jobs import Snapshot
 from broker.store.leases import Leases
 from projections.job import JobView
@@ -57,6 +58,7 @@ class Deps:
     jitter: Callable[[], float] = random.random
     upstream: str | None = None  #: the first upstream's name (SPEC S10): `hermes` talks to it
     fleet: Fleet | None = None  #: every upstream's client (SPEC S10); None: `hermes` only
+    affinity: Affinity | None = None  #: where sessions' jobs go (SPEC S10); None: no affinity kept
 
     def client(self, upstream: str | None) -> HermesClient:
         """The Hermes client of `upstream` (the first's for None or an unknown name)."""
@@ -76,12 +78,14 @@ class Runner:
         stored: dict[str, str] | None = None,
         created: str | None = None,
         upstream: str | None = None,
+        moved: tuple[str, str] | None = None,
     ) -> None:
         self.job_id = job_id
         self.token = token
         self.has_slot = admitted  #: this runner holds the job's admission slot
         #: the upstream whose admission slot it holds (SPEC S10): granted, or its live run's on a takeover
         self.slot_upstream = upstream
+        self._moved = moved  #: (from, reason): its session moved to `upstream` (SPEC S10), recorded before the create
         self.ran = False  #: a run of the job was live on Hermes under this slot (its release frees capacity)
         self.queued: Queue | None = None  #: set when the run ends QUEUED
         self.view: JobView | None = None  #: the job as last seen
@@ -133,6 +137,7 @@ class Runner:
                     if self.has_slot:  # at once, before the stream closes: the next job in line goes now
                         await self._deps.gate.release(self.job_id, freed=self.ran, upstream=self.slot_upstream)
                         self.has_slot = False
+                    await self._remember_session(view)  # RUNS_RETENTION after its last job
                     return Ending.FINISHED
                 case Append(events=events):
                     snapshot = await self._append_decided(snapshot, list(events))
@@ -148,6 +153,9 @@ class Runner:
                         snapshot = await self._follow(snapshot, action)
 
     async def _submit(self, snapshot: Snapshot, action: Submit) -> Snapshot:
+        if self._moved is not None and self.slot_upstream is not None:
+            snapshot = await self._rerouted(snapshot, self.slot_upstream, *self._moved)
+            self._moved = None
         view, deps = snapshot.view, self._deps
         body = (await self._created()).body
         since = decide.waiting_since(view)
@@ -185,6 +193,7 @@ class Runner:
         if isinstance(outcome, Accepted):
             self.ran = True
             await deps.gate.accepted(self.job_id, now, upstream=self.slot_upstream)
+            await self._remember_session(snapshot.view)
             accepted = (
                 snapshot.view.accepted_attempt == action.attempt and snapshot.view.hermes_run_id == outcome.run_id
             )
@@ -315,6 +324,24 @@ class Runner:
 
     async def _reload(self) -> Snapshot:
         return await self._deps.writer.load(self.job_id)
+
+    async def _rerouted(self, snapshot: Snapshot, to: str, moved_from: str, reason: str) -> Snapshot:
+        """Record that the job's session moved to `to` (SPEC S10 `job.rerouted`), before its create there."""
+        now = self._deps.clock.now_ms()
+        return await self._commit(
+            snapshot,
+            lambda v: (
+                []
+                if v.status.terminal
+                else [JobRerouted(job_id=v.job_id, at_ms=now, from_upstream=moved_from, to_upstream=to, reason=reason)]
+            ),
+        )
+
+    async def _remember_session(self, view: JobView) -> None:
+        """The session's next jobs go where this one's run was accepted (SPEC S10), for RUNS_RETENTION from now."""
+        affinity = self._deps.affinity
+        if affinity is not None and view.session_id and view.attempts:
+            await affinity.remember(view.session_id, view.upstream or self._deps.upstream or "")
 
     def _run_client(self, view: JobView) -> HermesClient:
         """The client of the upstream of the job's accepted run (SPEC S10: its attempt belongs to it)."""

@@ -158,6 +158,7 @@ class Supervisor:
                     stored=grant.stored,
                     created=grant.created,
                     upstream=grant.upstream,
+                    moved=(grant.moved_from, grant.moved_because or "") if grant.moved_from else None,
                 )
 
     async def _claim(self, job_id: str) -> bool:
@@ -180,9 +181,19 @@ class Supervisor:
         stored: dict[str, str] | None = None,
         created: str | None = None,
         upstream: str | None = None,
+        moved: tuple[str, str] | None = None,
     ) -> None:
         self._log.debug("Acquired a run lease.", extra={"job": job_id, "replica": self.replica})
-        runner = Runner(job_id, token, self._deps, admitted=admitted, stored=stored, created=created, upstream=upstream)
+        runner = Runner(
+            job_id,
+            token,
+            self._deps,
+            admitted=admitted,
+            stored=stored,
+            created=created,
+            upstream=upstream,
+            moved=moved,
+        )
         task = asyncio.create_task(self._run(runner), name=f"runner-{job_id}")
         self._runners[job_id] = (runner, task)
 

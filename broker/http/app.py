@@ -6,6 +6,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
+from redis.asyncio import Redis
 
 from broker.admission.fair import FairnessSettings, VirtualTimes
 from broker.board.projector import BoardSettings
@@ -47,6 +48,7 @@ from broker.logging import get_logger
 from broker.metrics import Metrics
 from broker.store import work
 from broker.store.admission import AdmissionStore, Pacing
+from broker.store.affinity import Affinity
 from broker.store.connection import connect
 from broker.store.deltas import DeltaSchedule
 from broker.store.durability import Durability
@@ -138,7 +140,11 @@ def _redis_context(url: str | None) -> Callable[[web.Application], AsyncIterator
             virtual=virtual,
         )
         app[admission_key] = AdmissionStore(
-            redis, Pacing.from_config(config), virtual, slots_of(app[fleet_key].upstreams)
+            redis,
+            Pacing.from_config(config),
+            virtual,
+            slots_of(app[fleet_key].upstreams),
+            affinity=_affinity(app, redis),
         )
         board = BoardSettings.from_config(config)
         app[writer_key] = Writer(app[store_key], app[clock_key], app[metrics_key], board)
@@ -173,6 +179,7 @@ async def _driver_context(app: web.Application) -> AsyncIterator[None]:
         poll_interval_ms=config.runs_poll_interval_ms,
         upstream=app[fleet_key].upstreams[0].name,
         fleet=app[fleet_key],
+        affinity=_affinity(app, app[redis_key]),
     )
     supervisor = Supervisor(app[redis_key], deps, concurrency=config.runs_concurrency)
     gate.wake = supervisor.ring
@@ -180,6 +187,11 @@ async def _driver_context(app: web.Application) -> AsyncIterator[None]:
     supervisor.start()
     yield
     await drain(app)
+
+
+def _affinity(app: web.Application, redis: Redis) -> Affinity | None:
+    """Sessions' upstreams (SPEC S10), kept only when there is a choice: one URL stores nothing more than before."""
+    return Affinity(redis, app[config_key].runs_retention_ms) if len(app[fleet_key]) > 1 else None
 
 
 async def _deltas_context(app: web.Application) -> AsyncIterator[None]:

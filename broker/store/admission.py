@@ -38,6 +38,7 @@ from broker.codec import decode_view
 from broker.config import Config
 from broker.events import HoldReason, JobStatus
 from broker.store import keys
+from broker.store.affinity import Affinity
 from broker.store.grants import Acceptance, Grant, Grants, Refusal
 from broker.store.leases import new_token
 from broker.store.replies import ints_and_ids as _ints_and_ids
@@ -45,6 +46,7 @@ from broker.store.replies import scored as _scored
 from broker.store.replies import text as _text
 from broker.store.scripts import Scripts, run_many
 from broker.store.upstream_admission import UpstreamSlots, figures, grant_calls, need_of, reserved
+from projections.job import JobView
 
 #: How often a pass reads every partition's line (else only those known to hold waiting jobs).
 FULL_READ_MS = 500
@@ -61,6 +63,7 @@ class Pacing:
     backoff_ms: int = 1_000
     backoff_max_ms: int = 30_000
     quiet_ms: int = QUIET_MS
+    affinity_grace_ms: int = 30_000  #: HERMES_AFFINITY_GRACE (SPEC S10)
 
     @classmethod
     def from_config(cls, config: Config) -> Pacing:
@@ -69,6 +72,7 @@ class Pacing:
             slot_ttl_ms=config.runs_lease_ms,
             backoff_ms=config.runs_backoff_ms,
             backoff_max_ms=config.runs_backoff_max_ms,
+            affinity_grace_ms=config.hermes_affinity_grace_ms,
         )
 
 
@@ -82,12 +86,14 @@ class AdmissionStore:
         pacing: Pacing,
         virtual: fair.VirtualTimes | None = None,
         upstreams: Sequence[UpstreamSlots] = (),
+        affinity: Affinity | None = None,
     ) -> None:
         self._redis = redis
         self._scripts = Scripts(redis)
         self.pacing = pacing
         self.upstreams = tuple(upstreams) or (UpstreamSlots("", keys.FIRST_ADMISSION, pacing.pinned),)
         self._first = self.upstreams[0].keys
+        self._affinity = affinity  #: sessions' upstreams (SPEC S10); None: no affinity
         self.virtual = virtual or fair.VirtualTimes()  #: V per priority, learnt with every pass (SPEC S4.2)
         self._drifted: list[int] = []  #: partitions read with an empty line but counts of waiting jobs
         self._waiting: set[int] = set()  #: partitions last seen (or heard) with waiting jobs, by this replica
@@ -138,9 +144,7 @@ class AdmissionStore:
                 for job_id, token, partition in heads
             ],
         )
-        grants: list[Grant] = []
-        routed: dict[str, list[tuple[str, str]]] = {}
-        standings = [a.standing for a in answers]
+        taken: list[tuple[str, str, dict[str, str], str | None, str, JobView | None]] = []
         for (job_id, lease_token, _), claim in zip(heads, claims, strict=True):
             claimed = cast(list[object], claim)
             if claimed[0] != 1:
@@ -151,16 +155,26 @@ class AdmissionStore:
                 if value is not None
             }
             created = _text(claimed[5]) if len(claimed) > 5 and claimed[5] is not None else None
-            need = need_of(decode_view(stored["state"]) if "state" in stored else None, self.upstreams[0].name)
+            view = decode_view(stored["state"]) if "state" in stored else None
+            taken.append((job_id, lease_token, stored, created, _text(claimed[1]), view))
+        sessions = [v.session_id for *_, v in taken if v is not None and v.attempt == 1 and v.session_id]
+        affinities = await self._affinity.of(sessions) if self._affinity is not None and sessions else {}
+        grants: list[Grant] = []
+        routed: dict[str, list[tuple[str, str]]] = {}
+        standings = [a.standing for a in answers]
+        for job_id, lease_token, stored, created, place, view in taken:
+            need = need_of(view, self.upstreams[0].name, affinities, p.affinity_grace_ms)
             choice = route(standings, need, now_ms)  # SPEC S10: a pure decision
             if choice.upstream is not None:
                 standings = take(standings, choice.upstream)
-                routed.setdefault(choice.upstream, []).append((job_id, _text(claimed[1])))
+                routed.setdefault(choice.upstream, []).append((job_id, place))
                 self._parked.pop(job_id, None)
             elif need.bound is not None:
                 self._park(job_id, need.bound)
             # a job that waits for its busy upstream is driven without a slot: its runner puts it back in line
-            grants.append(Grant(job_id, lease_token, stored, created, choice.upstream, choice.moved_from))
+            grants.append(
+                Grant(job_id, lease_token, stored, created, choice.upstream, choice.moved_from, choice.reason)
+            )
         await run_many(self._redis, self._scripts.admission_grant, grant_calls(answers, routed, now_ms, p.slot_ttl_ms))
         if self._drifted:  # rare: jobs moved by an older broker's scripts, which do not count them
             drifted, self._drifted = self._drifted, []

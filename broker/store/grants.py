@@ -13,6 +13,7 @@ class Grant:
     created: str | None  #: its JobCreated event JSON (the execution body), for its runner
     upstream: str | None = None  #: the upstream whose slot it holds (SPEC S10); None: it waits, without a slot
     moved_from: str | None = None  #: the upstream it was bound to, down too long (SPEC S10)
+    moved_because: str | None = None  #: why it moved (`job.rerouted` reason)
 
 
 @frozen

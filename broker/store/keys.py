@@ -32,6 +32,9 @@ hbr:{pN}:runs                zset    job id -> updated_at ms: the listing (S3.9)
 hbr:{pN}:runs:<status>       zset    the same, one per job status (the status filter)  past RUNS_RETENTION; job write
 hbr:{pN}:deltas              zset    finished job id -> when its deltas are removed    none; terminal job write,
                                      (RUNS_DELTA_RETENTION after its end, S3.6)        delta sweep (each replica)
+hbr:{pN}:affinity:<S>        string  the upstream that ran session S's last job         RUNS_RETENTION from its
+                                     (SPEC S10); pN = `session_partition(S)`           last job's acceptance and
+                                                                                       end; driver
 hbr:{pN}:scratch             stream  a job stream's compacted copy, renamed over it    exists only inside a job write
 hbr:{work}                   stream  doorbells (hints): `line` / `job`; group drivers   acked+deleted; after writes
 hbr:{board}:bell             stream  cluster only: a board version was written (hint)  ~1000; after job writes
@@ -197,6 +200,16 @@ def turns(partition: int, priority: int) -> str:
 def fairness_partition(fairness_key: str) -> int:
     """The partition that keeps a fairness key's turns: a pure function of the key."""
     return zlib.crc32(b"key:" + fairness_key.encode()) % PARTITIONS
+
+
+def session_partition(session_id: str) -> int:
+    """The partition that keeps a session's affinity (SPEC S10): a pure function of its `session_id`."""
+    return zlib.crc32(b"session:" + session_id.encode()) % PARTITIONS
+
+
+def affinity(session_id: str) -> str:
+    """The upstream a session's jobs go to (SPEC S10): one key per session, one slot per write, a TTL for retention."""
+    return f"{_tag(session_partition(session_id))}:affinity:{session_id}"
 
 
 def board_outbox(partition: int) -> str:

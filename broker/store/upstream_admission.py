@@ -3,7 +3,7 @@ refusal, and how their figures read. The first upstream's are today's `{adm}` ke
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from attrs import frozen
 
@@ -73,12 +73,17 @@ def reserved(upstream: UpstreamSlots, reply: list[str]) -> Reserved:
     return Reserved(upstream, int(reply[0]), [int(float(tag)) for tag in reply[1:6]], standing, reply[10:])
 
 
-def need_of(view: JobView | None, first: str) -> Need:
-    """What routing needs of a claimed job: a resubmit (attempt n > 1) is bound to its interrupted run's upstream
-    (the first for a run accepted before S10), to go elsewhere as soon as that one is down (SPEC S10)."""
-    if view is None or view.attempt <= 1:
+def need_of(view: JobView | None, first: str, affinities: Mapping[str, str], grace_ms: int) -> Need:
+    """What routing needs of a claimed job (SPEC S10): a resubmit (attempt n > 1) is bound to its interrupted run's
+    upstream (the first for a run accepted before S10), to go elsewhere as soon as that one is down; a first attempt
+    of a session with an affinity is bound to that upstream, to go elsewhere after `grace_ms` of it being down."""
+    if view is None:
         return Need()
-    return Need(bound=view.upstream or first, patience_ms=0)
+    if view.attempt > 1:
+        return Need(bound=view.upstream or first, patience_ms=0)
+    if view.session_id is not None and view.session_id in affinities:
+        return Need(bound=affinities[view.session_id], patience_ms=grace_ms)
+    return Need()
 
 
 def grant_calls(

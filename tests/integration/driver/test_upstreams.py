@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
-from broker.events import RunAccepted
+from broker.events import JobHeld, JobRerouted, RunAccepted
 from broker.http.appkeys import store_key
 from broker.simulator.app import create_app as create_simulator
 from broker.simulator.control import simulator_key
@@ -159,3 +159,54 @@ async def test_an_interrupted_run_resubmits_to_its_upstream_while_up_else_elsewh
     assert done["upstream"] == (first if second_down else second)
     keys = creates(sim) + creates(other)
     assert keys.count(f"{created['run_id']}#2") == (2 if second_down else 1)  # a refused create, then the first
+
+
+async def test_a_session_keeps_its_upstream_and_waits_for_it_while_it_is_busy(
+    make_replica: ClientFactory, hermes_server: TestServer, second_hermes: TestServer, sim: Simulator
+) -> None:
+    # Given two upstreams of one slot each, and a session whose first job ran on the first
+    other = sim_of(second_hermes)
+    replica = await make_replica(
+        hermes_url=f"{url_of(hermes_server)},{url_of(second_hermes)}", hermes_max_concurrent=(1, 1)
+    )
+    first, second = url_of(hermes_server).removeprefix("http://"), url_of(second_hermes).removeprefix("http://")
+    opening = await settled(replica, (await create(replica, {"input": "hi", "session_id": "s-1"}))["run_id"])
+    assert opening["upstream"] == first
+    # When the first is busy with a long job and the session's next turn arrives, then a job of no session
+    busy = await create(replica, {"input": "block sleep:1"})
+    await eventually(lambda: _running(replica, busy["run_id"]))
+    turn = await create(replica, {"input": "turn two", "session_id": "s-1"})
+    loose = await create(replica, {"input": "no session"})
+    # Then the job of no session goes to the second at once, while the session's turn waits for the first
+    assert (await settled(replica, loose["run_id"]))["upstream"] == second
+    assert (await job(replica, turn["run_id"]))["status"] == "queued"
+    done = await settled(replica, turn["run_id"], timeout=20)
+    assert done["upstream"] == first and done["status"] == "completed"
+    assert turn["run_id"] not in creates(other)
+
+
+async def test_a_session_moves_after_the_grace_of_its_upstream_being_down_with_a_rerouted_event(
+    make_replica: ClientFactory, hermes_server: TestServer, second_hermes: TestServer, sim: Simulator
+) -> None:
+    # Given a session whose first job ran on the first upstream
+    replica = await make_replica(
+        hermes_url=f"{url_of(hermes_server)},{url_of(second_hermes)}", hermes_affinity_grace_ms=600
+    )
+    first, second = url_of(hermes_server).removeprefix("http://"), url_of(second_hermes).removeprefix("http://")
+    opening = await settled(replica, (await create(replica, {"input": "hi", "session_id": "s-2"}))["run_id"])
+    assert opening["upstream"] == first
+    # When the first upstream drains (503) and the session's next turn arrives
+    sim.settings.draining = True
+    turn = await create(replica, {"input": "turn two", "session_id": "s-2"})
+    # Then it waits for the grace, then runs on the second, and its events say it moved, from where and why
+    done = await settled(replica, turn["run_id"], timeout=20)
+    assert done["status"] == "completed" and done["upstream"] == second
+    events = await replica.app[store_key].read(turn["run_id"])  # type: ignore[index]
+    moved = [event for _, event in events if isinstance(event, JobRerouted)]
+    assert [(e.from_upstream, e.to_upstream, e.reason) for e in moved] == [(first, second, "draining")]
+    held = [event for _, event in events if isinstance(event, JobHeld)]
+    assert held and moved[0].at_ms - held[0].at_ms >= 600 - 50  # not before the grace
+    # and the session's upstream follows it: the next turn goes to the second even once the first is back
+    sim.settings.draining = False
+    third = await settled(replica, (await create(replica, {"input": "three", "session_id": "s-2"}))["run_id"])
+    assert third["upstream"] == second

@@ -81,7 +81,7 @@ def test_a_job_bound_to_an_upstream_that_is_up_goes_there_or_waits(states: list[
         assert choice == Choice(upstream=bound.name if bound.free else None)
     elif choice.upstream is not None:
         assert choice.upstream != need.bound  # down past its patience (or gone): it moves, and says so
-        assert choice.moved_from == need.bound
+        assert choice.moved_from == need.bound and (choice.reason is None) == (need.bound is None)
 
 
 @given(standings())
@@ -120,10 +120,12 @@ def test_a_session_waits_for_its_busy_upstream_and_moves_after_the_grace_of_it_b
     down = Standing(name="a", limit=2, in_use=0, free=1, refusing=HoldReason.UNAVAILABLE, refusing_since_ms=NOW - 5)
     assert route([down, other], session, NOW) == Choice(upstream="a")  # within the grace: its probe
     late = Standing(name="a", limit=2, in_use=0, free=1, refusing=HoldReason.UNAVAILABLE, refusing_since_ms=NOW - GRACE)
-    assert route([late, other], session, NOW) == Choice(upstream="b", moved_from="a")
+    assert route([late, other], session, NOW) == Choice(upstream="b", moved_from="a", reason="unavailable")
     resubmit = Need(bound="a", patience_ms=0)  # an interrupted run's upstream: elsewhere as soon as it is down
-    assert route([down, other], resubmit, NOW) == Choice(upstream="b", moved_from="a")
-    assert route([down, other], Need(bound="gone"), NOW) == Choice(upstream="b", moved_from="gone")
+    assert route([down, other], resubmit, NOW) == Choice(upstream="b", moved_from="a", reason="unavailable")
+    assert route([down, other], Need(bound="gone"), NOW) == Choice(upstream="b", moved_from="gone", reason="removed")
+    lost = Standing(name="a", limit=2, in_use=0, free=0, lost=True)
+    assert route([lost, other], session, NOW) == Choice(upstream="b", moved_from="a", reason="lost")
 
 
 def test_share_is_exact() -> None:
