@@ -12,6 +12,7 @@ import attrs
 from attrs import frozen
 
 from broker.errors import ConfigError
+from broker.upstreams import Upstream, build, parse_urls
 
 LOG_LEVELS = ("debug", "info", "warn", "error")
 LOG_FORMATS = ("json", "text")
@@ -21,6 +22,11 @@ SECRET_BYTES = (24, 64)  #: the key length Standard Webhooks asks of a symmetric
 _HIDDEN = frozenset({"HERMES_API_KEY", "BOARD_SIGNING_SECRET"})
 FAIRNESS_DEFAULTS = ("session_key", "session_id", "none")  #: ADMISSION_FAIRNESS_DEFAULT (SPEC S4.2)
 MAX_FAIRNESS_WEIGHT = 1_000.0
+
+
+def _limits(value: int | tuple[int, ...]) -> tuple[int, ...]:
+    """`HERMES_MAX_CONCURRENT` as a tuple: one number stands for every upstream."""
+    return (value,) if isinstance(value, int) else tuple(value)
 
 
 @frozen(kw_only=True)
@@ -34,10 +40,15 @@ class Config:
     redis_wait_replicas: int = 0  #: acknowledge writes only once this many replicas have them (WAIT)
     redis_wait_timeout_ms: int = 1_000
     data_dir: str = "./data"
-    hermes_url: str = "http://127.0.0.1:8642"
+    #: one or more Hermes base URLs, comma-separated, each an upstream (SPEC S10); see `upstreams`
+    hermes_url: str = attrs.field(default="http://127.0.0.1:8642", repr=lambda raw: repr(_without_credentials(raw)))
+    #: one key for all upstreams or a comma-separated list of one per upstream (an empty item: no key)
     hermes_api_key: str | None = attrs.field(default=None, repr=False)  # a secret: never printed
     hermes_timeout_ms: int = 30_000
-    hermes_max_concurrent: int = 0  #: 0 = learn the limit from Hermes's answers (SPEC S4.1)
+    #: one value for all upstreams or one per upstream; 0 = learn the limit from Hermes's answers (SPEC S4.1)
+    hermes_max_concurrent: tuple[int, ...] = attrs.field(default=(0,), converter=_limits)
+    hermes_affinity_grace_ms: int = 30_000  #: a session waits this long for its upstream while it is down (S10)
+    hermes_upstream_lost_ms: int = 300_000  #: an upstream silent this long is lost: its runs move (SPEC S10)
     admission_fairness_default: str = "session_key"  #: a job's key when it names none (SPEC S4.2)
     admission_fairness_weights: tuple[tuple[str, float], ...] = ()  #: weights per key, winning over a create's
     runs_concurrency: int = 64
@@ -81,15 +92,21 @@ class Config:
             try:
                 values[field] = parse(raw)
             except ValueError as exc:
-                shown = "<hidden>" if name in _HIDDEN else repr(raw)
+                shown = "<hidden>" if name in _HIDDEN else repr(_without_credentials(raw))
                 raise ConfigError(f"{name}={shown} {exc}") from None
         values["otel_traces"] = _otel_traces(env)
         config = cls(**values)
         if config.board_enabled and not config.board_url:
             raise ConfigError("BOARD_URL is required when BOARD_ENABLED=true")
+        config.upstreams  # noqa: B018 -- the lists' lengths: a ConfigError naming the variable
         if config.redis_cluster and not config.redis_url:
             raise ConfigError("REDIS_URL is required when REDIS_CLUSTER=true (the embedded Redis is no cluster)")
         return config
+
+    @property
+    def upstreams(self) -> tuple[Upstream, ...]:
+        """The Hermes deployments, in `HERMES_URL` order (SPEC S10); raises ConfigError for a list of a wrong length."""
+        return build(parse_urls(self.hermes_url), self.hermes_api_key, self.hermes_max_concurrent)
 
     def with_(self, **changes: Any) -> Config:
         return attrs.evolve(self, **changes)
@@ -118,6 +135,14 @@ def _otel_traces(env: Mapping[str, str]) -> tuple[str, ...]:
     if "otlp" in exporters and name and protocol != "http/protobuf":
         raise ConfigError(f"{name}={protocol!r} is not supported: traces are exported as http/protobuf")
     return exporters
+
+
+def _without_credentials(raw: str) -> str:
+    """A value as an error shows it: URLs' `user:password@` masked (a bad HERMES_URL list may carry some)."""
+    return ",".join(
+        item if "://" not in item or "@" not in item else f"{item.partition('://')[0]}://***@{item.rpartition('@')[2]}"
+        for item in raw.split(",")
+    )
 
 
 def _boolean_or_false(raw: str) -> bool:
@@ -149,6 +174,28 @@ def _boolean(raw: str) -> bool:
     if lowered in ("0", "false", "no", "off", ""):
         return False
     raise ValueError("is not a boolean (true/false)")
+
+
+def _urls(raw: str) -> str:
+    return ",".join(parse_urls(raw))
+
+
+def _integers(minimum: int) -> Callable[[str], tuple[int, ...]]:
+    one = _integer(minimum)
+
+    def parse(raw: str) -> tuple[int, ...]:
+        items = raw.split(",")
+        if len(items) == 1:
+            return (one(raw),)
+        values: list[int] = []
+        for number, item in enumerate(items, start=1):
+            try:
+                values.append(one(item))
+            except ValueError as exc:
+                raise ValueError(f"(item {number} of {len(items)}) {exc}") from None
+        return tuple(values)
+
+    return parse
 
 
 def _url(raw: str) -> str:
@@ -239,10 +286,12 @@ _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "REDIS_WAIT_REPLICAS": ("redis_wait_replicas", _integer(0)),
     "REDIS_WAIT_TIMEOUT": ("redis_wait_timeout_ms", _integer(1)),
     "DATA_DIR": ("data_dir", _text),
-    "HERMES_URL": ("hermes_url", _url),
+    "HERMES_URL": ("hermes_url", _urls),
     "HERMES_API_KEY": ("hermes_api_key", _optional_text),
     "HERMES_TIMEOUT": ("hermes_timeout_ms", _integer(1)),
-    "HERMES_MAX_CONCURRENT": ("hermes_max_concurrent", _integer(0)),
+    "HERMES_MAX_CONCURRENT": ("hermes_max_concurrent", _integers(0)),
+    "HERMES_AFFINITY_GRACE": ("hermes_affinity_grace_ms", _integer(0)),
+    "HERMES_UPSTREAM_LOST": ("hermes_upstream_lost_ms", _integer(1)),
     "ADMISSION_FAIRNESS_DEFAULT": ("admission_fairness_default", _choice(FAIRNESS_DEFAULTS)),
     "ADMISSION_FAIRNESS_WEIGHTS": ("admission_fairness_weights", _weights),
     "RUNS_CONCURRENCY": ("runs_concurrency", _integer(1)),

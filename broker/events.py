@@ -116,6 +116,8 @@ class RunAccepted:
     at_ms: int
     attempt: int
     hermes_run_id: str
+    #: the upstream that accepted the run, by name (SPEC S10); None: a broker before S10 wrote it (the first upstream)
+    upstream: str | None = None
 
 
 @frozen(kw_only=True)
@@ -154,6 +156,17 @@ class RunResubmitted:
     job_id: str
     at_ms: int
     attempt: int  #: the new attempt number
+
+
+@frozen(kw_only=True)
+class JobRerouted:
+    """The job's session moved to another upstream: its own was down past HERMES_AFFINITY_GRACE (SPEC S10)."""
+
+    job_id: str
+    at_ms: int
+    from_upstream: str
+    to_upstream: str
+    reason: str  #: why it moved: the down upstream's refusal reason (`unavailable`, `draining`), `lost` or `removed`
 
 
 @frozen(kw_only=True)
@@ -200,6 +213,7 @@ JobEvent = (
     | DeltasDropped
     | RunInterrupted
     | RunResubmitted
+    | JobRerouted
     | StopRequested
     | ApprovalDenied
     | JobFinished

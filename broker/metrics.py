@@ -41,6 +41,19 @@ class Metrics:
             )
         }
 
+        #: each upstream's admission (SPEC S10), labelled by its name
+        self.upstream = {
+            name: Gauge(f"hbr_upstream_{name}", text, ["upstream"], registry=r)
+            for name, text in (
+                ("live_runs", "The broker's runs live on this upstream (all replicas)."),
+                ("limit", "This upstream's admission limit on live runs."),
+                ("limit_learnt", "1 when this upstream's limit is learnt, 0 when HERMES_MAX_CONCURRENT pins it."),
+                ("refusing", "1 while this upstream refuses creates."),
+                ("lost", "1 while this upstream is lost (silent past HERMES_UPSTREAM_LOST)."),
+                ("probes", "Probes sent while this upstream refused (all replicas)."),
+                ("refused", "Creates this upstream refused (all replicas)."),
+            )
+        }
         self.admission_waiting = Gauge(
             "hbr_admission_waiting",
             "First attempts waiting in the admission line, per priority (SPEC S4.2).",

@@ -23,6 +23,7 @@ from broker.events import (
     JobEvent,
     JobFinished,
     JobHeld,
+    JobRerouted,
     JobStatus,
     Link,
     Reporting,
@@ -114,7 +115,7 @@ def _created(event: JobCreated) -> BoardState:
 
 def _apply_live(state: BoardState, event: JobEvent) -> BoardState:
     match event:
-        case JobCreated() | UnknownEvent() | DeltasDropped() | JobHeld() | RunInterrupted():
+        case JobCreated() | UnknownEvent() | DeltasDropped() | JobHeld() | RunInterrupted() | JobRerouted():
             # replays, newer replicas' facts, deltas, and waits that change nothing a receiver sees
             return state
         case RunResubmitted(attempt=attempt):

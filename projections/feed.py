@@ -19,6 +19,7 @@ from broker.events import (
     JobEvent,
     JobFinished,
     JobHeld,
+    JobRerouted,
     JobStatus,
     RunAccepted,
     RunInterrupted,
@@ -53,13 +54,19 @@ def payload(job_id: str, event: JobEvent) -> Payload | None:
             }
             return _broker("job.held", job_id, at, fields)
         case RunAccepted(at_ms=at):
-            return _broker("job.accepted", job_id, at, {"hermes_run_id": event.hermes_run_id, "attempt": event.attempt})
+            fields = {"hermes_run_id": event.hermes_run_id, "attempt": event.attempt}
+            if event.upstream is not None:
+                fields["upstream"] = event.upstream  # SPEC S10
+            return _broker("job.accepted", job_id, at, fields)
         case HermesEventRecorded():
             return _hermes(job_id, event)
         case RunInterrupted(at_ms=at):
             return _broker("job.interrupted", job_id, at, {"attempt": event.attempt, "reason": event.reason})
         case RunResubmitted(at_ms=at):
             return _broker("job.resubmitted", job_id, at, {"attempt": event.attempt})
+        case JobRerouted(at_ms=at):
+            moved = {"from": event.from_upstream, "to": event.to_upstream, "reason": event.reason}
+            return _broker("job.rerouted", job_id, at, moved)
         case StopRequested(at_ms=at):
             return _broker("job.stop_requested", job_id, at)
         case JobFinished():

@@ -19,6 +19,7 @@ from broker.events import (
     JobEvent,
     JobFinished,
     JobHeld,
+    JobRerouted,
     JobStatus,
     Reporting,
     RunAccepted,
@@ -64,6 +65,9 @@ class JobView:
     approval_command: str | None = None  #: command of the last approval.request of the current run
     event_count: int = 0  #: events stored in the job's stream (RUNS_EVENTS_MAXLEN)
     hermes_run_id: str | None = None
+    #: the upstream of the current or last accepted attempt (SPEC S10); None: none yet, or the first upstream
+    #: (accepted by a broker before S10)
+    upstream: str | None = None
     hold: Hold | None = None
     stop_requested: bool = False
     denied_command: str | None = None
@@ -117,7 +121,7 @@ def _apply_live(view: JobView, event: JobEvent) -> JobView:
                 last_event="job.held",
                 updated_at_ms=at,
             )
-        case RunAccepted(attempt=attempt, hermes_run_id=run_id, at_ms=at):
+        case RunAccepted(attempt=attempt, hermes_run_id=run_id, at_ms=at, upstream=upstream):
             status = JobStatus.STOPPING if view.stop_requested else JobStatus.RUNNING
             return evolve(
                 view,
@@ -126,6 +130,7 @@ def _apply_live(view: JobView, event: JobEvent) -> JobView:
                 attempts=view.attempts + 1,
                 accepted_attempt=attempt,
                 hermes_run_id=run_id,
+                upstream=upstream,
                 hold=None,
                 hold_count=0,
                 approval_command=None,
@@ -143,6 +148,8 @@ def _apply_live(view: JobView, event: JobEvent) -> JobView:
             return evolve(
                 view, status=status, attempt=attempt, hold_count=0, last_event="job.resubmitted", updated_at_ms=at
             )
+        case JobRerouted(at_ms=at):
+            return evolve(view, last_event="job.rerouted", updated_at_ms=at)
         case StopRequested(at_ms=at):
             status = JobStatus.STOPPING if view.status in _ACTIVE else view.status
             return evolve(view, status=status, stop_requested=True, last_event="job.stop_requested", updated_at_ms=at)

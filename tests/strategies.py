@@ -21,6 +21,7 @@ from broker.events import (
     JobEvent,
     JobFinished,
     JobHeld,
+    JobRerouted,
     JobStatus,
     Link,
     Reporting,
@@ -138,7 +139,14 @@ def by_type(job_id: str = JOB_ID) -> dict[type, st.SearchStrategy[JobEvent]]:
             attempt=attempts,
             detail=st.none() | texts,
         ),
-        RunAccepted: st.builds(RunAccepted, job_id=j, at_ms=at_ms, attempt=attempts, hermes_run_id=run_ids),
+        RunAccepted: st.builds(
+            RunAccepted,
+            job_id=j,
+            at_ms=at_ms,
+            attempt=attempts,
+            hermes_run_id=run_ids,
+            upstream=st.sampled_from([None, "hermes-1:8642", "hermes-2:8642/agent"]),  # None: before SPEC S10
+        ),
         HermesEventRecorded: hermes_event(job_id),
         DeltasDropped: st.builds(DeltasDropped, job_id=j, at_ms=at_ms, attempt=attempts, count=st.integers(0, 1000)),
         RunInterrupted: st.builds(
@@ -150,6 +158,14 @@ def by_type(job_id: str = JOB_ID) -> dict[type, st.SearchStrategy[JobEvent]]:
             reason=st.sampled_from(["not_found", "interrupted", "cancelled"]),
         ),
         RunResubmitted: st.builds(RunResubmitted, job_id=j, at_ms=at_ms, attempt=attempts),
+        JobRerouted: st.builds(
+            JobRerouted,
+            job_id=j,
+            at_ms=at_ms,
+            from_upstream=st.sampled_from(["hermes-1:8642", "h2"]),
+            to_upstream=st.sampled_from(["hermes-3:8642", "h4/agent"]),
+            reason=st.sampled_from(["unavailable", "draining", "lost", "removed"]),
+        ),
         StopRequested: st.builds(StopRequested, job_id=j, at_ms=at_ms),
         ApprovalDenied: st.builds(ApprovalDenied, job_id=j, at_ms=at_ms, attempt=attempts, command=texts),
         JobFinished: finished(job_id),

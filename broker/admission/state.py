@@ -19,6 +19,27 @@ QUIET_MS = 2_000
 
 
 @frozen(kw_only=True)
+class UpstreamFigures:
+    """One upstream's admission at one moment (SPEC S10: `/readyz` `admission.upstreams`, `/metrics`)."""
+
+    name: str
+    limit: int
+    learnt: bool
+    live: int
+    refusing: HoldReason | None = None
+    detail: str = ""
+    since_ms: int = 0
+    retry_at_ms: int = 0
+    probes: int = 0
+    refused: int = 0
+    lost: bool = False  #: silent past HERMES_UPSTREAM_LOST (SPEC S10)
+
+    @property
+    def full(self) -> bool:
+        return self.live >= self.limit
+
+
+@frozen(kw_only=True)
 class LineState:
     """The shared admission figures at one moment (SPEC S3.8 `/readyz`, S4.1)."""
 
@@ -36,6 +57,8 @@ class LineState:
     by_priority: tuple[int, ...] = (0,) * len(fair.PRIORITIES)  #: first attempts waiting, per priority (S4.2)
     ahead: int = 0  #: waiting ahead of every priority: resubmits, and jobs an older broker placed
     keys: tuple[fair.KeyLoad, ...] = ()  #: the fairness keys with the most waiting jobs
+    #: every upstream's own figures, in HERMES_URL order (SPEC S10); the fields above are the first's
+    upstreams: tuple[UpstreamFigures, ...] = ()
 
     @property
     def full(self) -> bool:

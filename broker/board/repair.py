@@ -19,6 +19,7 @@ from broker.driver import decide
 from broker.driver.decide import Policy
 from broker.events import JobEvent, JobFinished, RunResubmitted
 from broker.hermes.client import HermesClient
+from broker.hermes.fleet import ClientOf
 from broker.hermes.models import HermesRun, NotFound
 from broker.jobs.writer import Writer
 from broker.logging import get_logger
@@ -40,10 +41,18 @@ class Repair(StrEnum):
 
 
 class Repairer:
-    def __init__(self, writer: Writer, store: BoardStore, hermes: HermesClient, clock: Clock, policy: Policy) -> None:
+    def __init__(
+        self,
+        writer: Writer,
+        store: BoardStore,
+        hermes: HermesClient,
+        clock: Clock,
+        policy: Policy,
+        client_of: ClientOf | None = None,
+    ) -> None:
         self._writer = writer
         self._store = store
-        self._hermes = hermes
+        self._client_of: ClientOf = client_of or (lambda _: hermes)  #: the run's upstream's client (SPEC S10)
         self._clock = clock
         self._policy = policy
         self._log = get_logger(type(self))
@@ -62,7 +71,7 @@ class Repairer:
             return Repair.SKIPPED
         parent = await self._writer.store.traceparent(job_id) if tracing.enabled() else None
         with tracing.within(parent, {tracing.JOB: job_id}):  # the poll is a span of the job's trace (SPEC S6.1)
-            run = await self._hermes.get(run_id)
+            run = await self._client_of(view.upstream).get(run_id)
         if not isinstance(run, HermesRun | NotFound):
             return Repair.UNKNOWN
         events = self._facts(view, run, version.source_activity_at_ms)

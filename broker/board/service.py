@@ -23,6 +23,7 @@ from broker.clock import Clock
 from broker.config import Config
 from broker.driver.decide import Policy
 from broker.hermes.client import HermesClient
+from broker.hermes.fleet import ClientOf
 from broker.jobs.writer import Writer
 from broker.logging import get_logger
 from broker.metrics import Metrics
@@ -36,7 +37,14 @@ PROMOTE_LIMIT = 100
 
 class BoardService:
     def __init__(
-        self, config: Config, redis: Redis, writer: Writer, hermes: HermesClient, clock: Clock, metrics: Metrics
+        self,
+        config: Config,
+        redis: Redis,
+        writer: Writer,
+        hermes: HermesClient,
+        clock: Clock,
+        metrics: Metrics,
+        client_of: ClientOf | None = None,
     ) -> None:
         self.replica = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self.store = BoardStore(redis)
@@ -44,6 +52,7 @@ class BoardService:
         self._reconcile_ms = config.board_reconcile_interval_ms
         self._writer = writer
         self._hermes = hermes
+        self._client_of = client_of  #: each run's upstream's client (SPEC S10)
         self._clock = clock
         self._metrics = metrics
         self._policy = Policy.from_config(config)
@@ -64,7 +73,7 @@ class BoardService:
             consumer=self.replica,
             trace_of=self._writer.store.traceparent,
         )
-        repairer = Repairer(self._writer, self.store, self._hermes, self._clock, self._policy)
+        repairer = Repairer(self._writer, self.store, self._hermes, self._clock, self._policy, self._client_of)
         reconciler = Reconciler(self.store, sender, repairer, self._clock, interval_ms=self._reconcile_ms)
         loops = {"board-sender": sender.run, "board-promoter": self._promote, "board-reconciler": reconciler.run}
         for name, loop in loops.items():

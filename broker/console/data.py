@@ -83,7 +83,7 @@ async def overview(app: web.Application, query: Mapping[str, str]) -> dict[str, 
         "admission": admission if isinstance(admission, dict) else None,
         **await _held_by_reason(app),
         "board_lag": await board_outbox_lag(app[appkeys.redis_key]) if app[appkeys.config_key].board_enabled else None,
-        "rows": [Row(job_object(view)) for view in page.jobs],
+        "rows": [Row(job_object(view, appkeys.first_upstream(app))) for view in page.jobs],
         "status": ",".join(status.value for status in parsed.statuses),
         "limit": parsed.limit,
         "next_cursor": encode_cursor(page.next) if page.next else None,
@@ -112,7 +112,7 @@ async def job_page(app: web.Application, snapshot: Snapshot) -> dict[str, Any]:
         {"id": entry_id, "event": str(doc.get("event", "")), "at": when(doc.get("timestamp")), "summary": summary(doc)}
         for entry_id, doc, _ in shown(job_id, entries)
     ]
-    job = job_object(await app[appkeys.service_key].with_line_hold(snapshot.view))
+    job = job_object(await app[appkeys.service_key].with_line_hold(snapshot.view), appkeys.first_upstream(app))
     return {
         "job": job,
         "fields": [(name, value) for name, value in job.items() if name != "object"],

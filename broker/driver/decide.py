@@ -170,14 +170,24 @@ def refusal_of(outcome: CreateOutcome) -> Refused | None:
 
 
 def on_create(
-    view: JobView, attempt: int, outcome: CreateOutcome, now_ms: int, *, retry_at_ms: int, policy: Policy
+    view: JobView,
+    attempt: int,
+    outcome: CreateOutcome,
+    now_ms: int,
+    *,
+    retry_at_ms: int,
+    policy: Policy,
+    upstream: str | None = None,
 ) -> list[JobEvent]:
-    """Hermes answered the create of `attempt`; a refusal holds the job until the line's `retry_at_ms`."""
+    """Hermes (`upstream`, SPEC S10) answered the create of `attempt`; a refusal holds the job until the line's
+    `retry_at_ms`."""
     if view.status.terminal or attempt != view.attempt or view.accepted_attempt == attempt:
         return []
     match outcome:
         case Accepted(run_id=run_id):
-            return [RunAccepted(job_id=view.job_id, at_ms=now_ms, attempt=attempt, hermes_run_id=run_id)]
+            return [
+                RunAccepted(job_id=view.job_id, at_ms=now_ms, attempt=attempt, hermes_run_id=run_id, upstream=upstream)
+            ]
         case Rejected(message=message):
             return [finished(view, now_ms, JobStatus.FAILED, "hermes_rejected", message)]
     refused = refusal_of(outcome)

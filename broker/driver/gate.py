@@ -7,7 +7,8 @@ from collections.abc import Callable, Iterable
 from broker.driver.decide import Refused
 from broker.logging import get_logger
 from broker.metrics import Metrics
-from broker.store.admission import AdmissionStore, Grants, Refusal
+from broker.store.admission import AdmissionStore
+from broker.store.grants import Grants, Refusal
 
 
 class Gate:
@@ -26,15 +27,18 @@ class Gate:
         """A `line` doorbell: the job joined the line (its partition is read by the next pass)."""
         self.store.heard(job_id)
 
-    async def accepted(self, job_id: str, now_ms: int) -> None:
-        answer = await self.store.accepted(job_id, now_ms)
+    async def accepted(self, job_id: str, now_ms: int, *, upstream: str | None = None) -> None:
+        answer = await self.store.accepted(job_id, now_ms, upstream=upstream)
         if answer.ended_refusal:
             self._log.info("Hermes accepts creates again.", extra={"job": job_id})
         if answer.grew:
-            self._log.info("Raised the admission limit.", extra={"limit": answer.limit, "learnt": True})
+            fields = {"limit": answer.limit, "learnt": True, "upstream": upstream}
+            self._log.info("Raised the admission limit.", extra=fields)
             self.wake()  # room for one more: the line moves now
 
-    async def refused(self, job_id: str, refused: Refused, now_ms: int, *, jitter: float, place: str) -> Refusal:
+    async def refused(
+        self, job_id: str, refused: Refused, now_ms: int, *, jitter: float, place: str, upstream: str | None = None
+    ) -> Refusal:
         answer = await self.store.refused(
             job_id,
             now_ms,
@@ -43,6 +47,7 @@ class Gate:
             retry_after_ms=refused.retry_after_ms,
             jitter=jitter,
             place=place,
+            upstream=upstream,
         )
         self._metrics.refused_creates.labels(refused.reason.value).inc()
         if answer.began:
@@ -51,24 +56,28 @@ class Gate:
                 "hold": refused.reason.value,
                 "error": refused.detail,
                 "retryInMs": answer.retry_at_ms - now_ms,
+                "upstream": upstream,
             }
             self._log.warning("Hermes is refusing creates; the line waits for one probe at a time.", extra=fields)
         if answer.limit_changed:
-            self._log.info("Lowered the admission limit.", extra={"limit": answer.limit, "learnt": True})
+            fields = {"limit": answer.limit, "learnt": True, "upstream": upstream}
+            self._log.info("Lowered the admission limit.", extra=fields)
         self.wake()  # the next probe's time may have moved
         return answer
 
-    async def release(self, job_id: str, *, freed: bool) -> None:
-        if await self.store.release(job_id, freed=freed):
+    async def release(self, job_id: str, *, freed: bool, upstream: str | None = None) -> None:
+        if await self.store.release(job_id, freed=freed, upstream=upstream):
             self._log.info("Hermes accepts creates again.", extra={"job": job_id})
         self.wake()  # a slot came back: the next job in line goes at once
 
-    async def requeue(self, job_id: str, place: str) -> None:
-        await self.store.requeue(job_id, place)
+    async def requeue(self, job_id: str, place: str, *, upstream: str | None = None) -> None:
+        await self.store.requeue(job_id, place, upstream=upstream)
         self.wake()
 
-    async def hold(self, job_ids: Iterable[str], now_ms: int, *, renew_only: bool = False) -> None:
-        await self.store.hold(job_ids, now_ms, renew_only=renew_only)
+    async def hold(
+        self, job_ids: Iterable[str], now_ms: int, *, renew_only: bool = False, upstream: str | None = None
+    ) -> None:
+        await self.store.hold(job_ids, now_ms, renew_only=renew_only, upstream=upstream)
 
     async def enter(self, job_id: str, place: str) -> None:
         await self.store.enter(job_id, place)

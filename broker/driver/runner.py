@@ -21,12 +21,14 @@ from broker.driver import decide
 from broker.driver.decide import Append, Done, Follow, Policy, Queue, StopRun, Submit
 from broker.driver.gate import Gate
 from broker.driver.pump import Pump
-from broker.events import JobCreated, JobEvent
+from broker.events import JobCreated, JobEvent, JobRerouted
 from broker.hermes.client import HermesClient
+from broker.hermes.fleet import Fleet
 from broker.hermes.models import Accepted, HermesRun, NotFound
 from broker.jobs.writer import Writer
 from broker.logging import get_logger
 from broker.metrics import Metrics
+from broker.store.affinity import Affinity
 from broker.store.jobs import Snapshot
 from broker.store.leases import Leases
 from projections.job import JobView
@@ -54,6 +56,13 @@ class Deps:
     policy: Policy
     poll_interval_ms: int
     jitter: Callable[[], float] = random.random
+    upstream: str | None = None  #: the first upstream's name (SPEC S10): `hermes` talks to it
+    fleet: Fleet | None = None  #: every upstream's client (SPEC S10); None: `hermes` only
+    affinity: Affinity | None = None  #: where sessions' jobs go (SPEC S10); None: no affinity kept
+
+    def client(self, upstream: str | None) -> HermesClient:
+        """The Hermes client of `upstream` (the first's for None or an unknown name)."""
+        return self.fleet.client_or_first(upstream) if self.fleet is not None else self.hermes
 
 
 class Runner:
@@ -68,10 +77,15 @@ class Runner:
         admitted: bool = False,
         stored: dict[str, str] | None = None,
         created: str | None = None,
+        upstream: str | None = None,
+        moved: tuple[str, str] | None = None,
     ) -> None:
         self.job_id = job_id
         self.token = token
         self.has_slot = admitted  #: this runner holds the job's admission slot
+        #: the upstream whose admission slot it holds (SPEC S10): granted, or its live run's on a takeover
+        self.slot_upstream = upstream
+        self._moved = moved  #: (from, reason): its session moved to `upstream` (SPEC S10), recorded before the create
         self.ran = False  #: a run of the job was live on Hermes under this slot (its release frees capacity)
         self.queued: Queue | None = None  #: set when the run ends QUEUED
         self.view: JobView | None = None  #: the job as last seen
@@ -121,8 +135,9 @@ class Runner:
                 case Done():
                     self._end_follow()
                     if self.has_slot:  # at once, before the stream closes: the next job in line goes now
-                        await self._deps.gate.release(self.job_id, freed=self.ran)
+                        await self._deps.gate.release(self.job_id, freed=self.ran, upstream=self.slot_upstream)
                         self.has_slot = False
+                    await self._remember_session(view)  # RUNS_RETENTION after its last job
                     return Ending.FINISHED
                 case Append(events=events):
                     snapshot = await self._append_decided(snapshot, list(events))
@@ -138,6 +153,9 @@ class Runner:
                         snapshot = await self._follow(snapshot, action)
 
     async def _submit(self, snapshot: Snapshot, action: Submit) -> Snapshot:
+        if self._moved is not None and self.slot_upstream is not None:
+            snapshot = await self._rerouted(snapshot, self.slot_upstream, *self._moved)
+            self._moved = None
         view, deps = snapshot.view, self._deps
         body = (await self._created()).body
         since = decide.waiting_since(view)
@@ -146,7 +164,7 @@ class Runner:
             tracing.ADMISSION, start_ms=since, attributes={tracing.ATTEMPT: action.attempt, "job.hold": hold}
         ).end()
         with tracing.within(None, {tracing.ATTEMPT: action.attempt}):
-            outcome = await deps.hermes.create(
+            outcome = await deps.client(self.slot_upstream).create(
                 body.encode(), idempotency_key=action.idempotency_key, session_key=view.session_key
             )
         now, policy = deps.clock.now_ms(), deps.policy
@@ -155,29 +173,41 @@ class Runner:
         if refused is not None:  # back to its place in the line first, so no replica waits on a lost slot
             place = line_place(view)
             retry_at = (
-                await deps.gate.refused(self.job_id, refused, now, jitter=deps.jitter(), place=place)
+                await deps.gate.refused(
+                    self.job_id, refused, now, jitter=deps.jitter(), place=place, upstream=self.slot_upstream
+                )
             ).retry_at_ms
             self.has_slot = False
         snapshot = await self._commit(
-            snapshot, lambda v: decide.on_create(v, action.attempt, outcome, now, retry_at_ms=retry_at, policy=policy)
+            snapshot,
+            lambda v: decide.on_create(
+                v,
+                action.attempt,
+                outcome,
+                now,
+                retry_at_ms=retry_at,
+                policy=policy,
+                upstream=self.slot_upstream or deps.upstream,
+            ),
         )
         if isinstance(outcome, Accepted):
             self.ran = True
-            await deps.gate.accepted(self.job_id, now)
+            await deps.gate.accepted(self.job_id, now, upstream=self.slot_upstream)
+            await self._remember_session(snapshot.view)
             accepted = (
                 snapshot.view.accepted_attempt == action.attempt and snapshot.view.hermes_run_id == outcome.run_id
             )
             if not accepted:
                 # The job ended (a stop) while Hermes was creating the run: stop the orphan.
-                await deps.hermes.stop(outcome.run_id)
+                await deps.client(self.slot_upstream).stop(outcome.run_id)
             else:
                 with self._following(action.attempt, outcome.run_id):  # the stream's span is the follow's child
-                    self._pump = Pump(deps.hermes, action.attempt, outcome.run_id)
+                    self._pump = Pump(deps.client(self.slot_upstream), action.attempt, outcome.run_id)
                 self._log.info("Following a Hermes run.", extra={"job": self.job_id, "hermesRun": outcome.run_id})
         return snapshot
 
     async def _stop(self, snapshot: Snapshot, run_id: str) -> Snapshot:
-        outcome = await self._deps.hermes.stop(run_id)
+        outcome = await self._run_client(snapshot.view).stop(run_id)
         now = self._deps.clock.now_ms()
         answer = decide.on_stop(snapshot.view, outcome, now)
         if answer.retry:
@@ -221,7 +251,7 @@ class Runner:
         snapshot = await self._reload()  # a stop whose nudge was lost is seen here
         if snapshot.view.stop_requested and self._stop_sent_attempt != snapshot.view.attempt:
             return snapshot
-        run = await self._deps.hermes.get(action.hermes_run_id)
+        run = await self._run_client(snapshot.view).get(action.hermes_run_id)
         if isinstance(run, HermesRun) and run.terminal and not self._suspect_terminal:
             self._suspect_terminal = True  # give the stream one more interval to deliver the terminal event
             return snapshot
@@ -230,7 +260,7 @@ class Runner:
         return snapshot
 
     async def _poll(self, snapshot: Snapshot, action: Follow) -> Snapshot:
-        run = await self._deps.hermes.get(action.hermes_run_id)
+        run = await self._run_client(snapshot.view).get(action.hermes_run_id)
         if isinstance(run, HermesRun | NotFound):
             self._failures = 0
             snapshot = await self._settle(snapshot, action, run)
@@ -295,6 +325,28 @@ class Runner:
     async def _reload(self) -> Snapshot:
         return await self._deps.writer.load(self.job_id)
 
+    async def _rerouted(self, snapshot: Snapshot, to: str, moved_from: str, reason: str) -> Snapshot:
+        """Record that the job's session moved to `to` (SPEC S10 `job.rerouted`), before its create there."""
+        now = self._deps.clock.now_ms()
+        return await self._commit(
+            snapshot,
+            lambda v: (
+                []
+                if v.status.terminal
+                else [JobRerouted(job_id=v.job_id, at_ms=now, from_upstream=moved_from, to_upstream=to, reason=reason)]
+            ),
+        )
+
+    async def _remember_session(self, view: JobView) -> None:
+        """The session's next jobs go where this one's run was accepted (SPEC S10), for RUNS_RETENTION from now."""
+        affinity = self._deps.affinity
+        if affinity is not None and view.session_id and view.attempts:
+            await affinity.remember(view.session_id, view.upstream or self._deps.upstream or "")
+
+    def _run_client(self, view: JobView) -> HermesClient:
+        """The client of the upstream of the job's accepted run (SPEC S10: its attempt belongs to it)."""
+        return self._deps.client(view.upstream)
+
     async def _sleep(self, ms: int | float) -> None:
         """Sleep, or less when nudged."""
         try:
@@ -310,6 +362,7 @@ class Runner:
             self._log.info("Took over a job.", extra=fields)
             attributes: tracing.Attributes = {tracing.ATTEMPT: view.attempt, tracing.RUN: view.hermes_run_id}
             tracing.start(tracing.TAKEOVER, attributes=attributes).end()
-            if not self.has_slot:  # its run is live on Hermes: it counts against the limit again
-                await self._deps.gate.hold([self.job_id], self._deps.clock.now_ms())
+            if not self.has_slot:  # its run is live on Hermes: it counts against its upstream's limit again
+                self.slot_upstream = view.upstream
+                await self._deps.gate.hold([self.job_id], self._deps.clock.now_ms(), upstream=self.slot_upstream)
                 self.has_slot = self.ran = True

@@ -77,7 +77,7 @@ class Supervisor:
         for runner, _ in owned:
             with contextlib.suppress(*REDIS_FAILURES):
                 if runner.has_slot and not runner.ran and runner.view is not None:
-                    await self._deps.gate.requeue(runner.job_id, line_place(runner.view))
+                    await self._deps.gate.requeue(runner.job_id, line_place(runner.view), upstream=runner.slot_upstream)
                 handed += await self._leases.release(runner.job_id, runner.token, due_at_ms=now, enqueue=True)
         self._log.info("Handed jobs back on shutdown.", extra={"replica": self.replica, "jobs": handed})
         return handed
@@ -149,7 +149,15 @@ class Supervisor:
             grants = await self._deps.gate.admit(self._deps.clock.now_ms(), free)
             wake_at = grants.wake_at_ms
             for grant in grants.grants:  # each came with its run lease (admission_claim.lua)
-                self._start(grant.job_id, grant.token, admitted=True, stored=grant.stored, created=grant.created)
+                self._start(  # one routed nowhere (it waits for its busy upstream) goes back in line
+                    grant.job_id,
+                    grant.token,
+                    admitted=grant.upstream is not None,
+                    stored=grant.stored,
+                    created=grant.created,
+                    upstream=grant.upstream,
+                    moved=(grant.moved_from, grant.moved_because or "") if grant.moved_from else None,
+                )
 
     async def _claim(self, job_id: str) -> bool:
         """Start a runner for the job under a new lease; False when it is driven already."""
@@ -170,9 +178,20 @@ class Supervisor:
         admitted: bool,
         stored: dict[str, str] | None = None,
         created: str | None = None,
+        upstream: str | None = None,
+        moved: tuple[str, str] | None = None,
     ) -> None:
         self._log.debug("Acquired a run lease.", extra={"job": job_id, "replica": self.replica})
-        runner = Runner(job_id, token, self._deps, admitted=admitted, stored=stored, created=created)
+        runner = Runner(
+            job_id,
+            token,
+            self._deps,
+            admitted=admitted,
+            stored=stored,
+            created=created,
+            upstream=upstream,
+            moved=moved,
+        )
         task = asyncio.create_task(self._run(runner), name=f"runner-{job_id}")
         self._runners[job_id] = (runner, task)
 
@@ -215,9 +234,9 @@ class Supervisor:
                 await gate.enter(job_id, runner.queued.place)  # normally there already (jobs of an older broker)
                 due_at = runner.queued.deadline_ms  # woken then to expire, unless granted before
             elif runner.has_slot and ending is Ending.FINISHED:
-                await gate.release(job_id, freed=runner.ran)
+                await gate.release(job_id, freed=runner.ran, upstream=runner.slot_upstream)
             elif runner.has_slot and not runner.ran and runner.view is not None:
-                await gate.requeue(job_id, line_place(runner.view))  # a failed runner keeps its place
+                await gate.requeue(job_id, line_place(runner.view), upstream=runner.slot_upstream)  # keeps its place
             await self._leases.release(job_id, runner.token, due_at_ms=due_at)
             self._log.debug("Released a run lease.", extra={"job": job_id, "ending": ending.value})
 
@@ -232,8 +251,12 @@ class Supervisor:
         while True:
             await asyncio.sleep(interval)
             now = self._deps.clock.now_ms()
-            slots = [job_id for job_id, (runner, _) in self._runners.items() if runner.has_slot]
-            await self._deps.gate.hold(slots, now, renew_only=True)  # one write for every slot of this replica
+            slots: dict[str | None, list[str]] = {}  # per upstream (SPEC S10): one write each
+            for job_id, (runner, _) in self._runners.items():
+                if runner.has_slot:
+                    slots.setdefault(runner.slot_upstream, []).append(job_id)
+            for upstream, ids in slots.items():
+                await self._deps.gate.hold(ids, now, renew_only=True, upstream=upstream)
             driven = list(self._runners.items())
             held = await self._leases.renew_many([(job_id, runner.token) for job_id, (runner, _) in driven], now)
             for (job_id, (_, task)), renewed in zip(driven, held, strict=True):  # one round trip for all leases

@@ -6,6 +6,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
+from redis.asyncio import Redis
 
 from broker.admission.fair import FairnessSettings, VirtualTimes
 from broker.board.projector import BoardSettings
@@ -18,7 +19,8 @@ from broker.driver.gate import Gate
 from broker.driver.runner import Deps
 from broker.driver.supervisor import Supervisor
 from broker.errors import LegacyLayout
-from broker.hermes.client import AiohttpHermesClient, HermesClient
+from broker.hermes.client import HermesClient
+from broker.hermes.fleet import Fleet
 from broker.http import health, listing, routes, sse
 from broker.http.appkeys import (
     InFlight,
@@ -27,6 +29,7 @@ from broker.http.appkeys import (
     clock_key,
     config_key,
     draining_key,
+    fleet_key,
     hermes_key,
     inflight_key,
     metrics_key,
@@ -45,6 +48,7 @@ from broker.logging import get_logger
 from broker.metrics import Metrics
 from broker.store import work
 from broker.store.admission import AdmissionStore, Pacing
+from broker.store.affinity import Affinity
 from broker.store.connection import connect
 from broker.store.deltas import DeltaSchedule
 from broker.store.durability import Durability
@@ -52,6 +56,7 @@ from broker.store.entries import settle_fresh_store
 from broker.store.jobs import JobStore
 from broker.store.leases import Leases
 from broker.store.migrate import MIGRATION_COMMAND, legacy_keys
+from broker.store.upstream_admission import slots_of
 
 MAX_BODY = 10_000_000
 
@@ -68,7 +73,8 @@ def create_app(
 ) -> web.Application:
     """Build the broker app; `redis_url` overrides `config.redis_url` (the embedded server's URL).
 
-    `drive=False` serves the API without driving jobs (tests of the HTTP surface alone).
+    `drive=False` serves the API without driving jobs (tests of the HTTP surface alone); `hermes` replaces the
+    first upstream's client.
     """
     envelope_protocol_errors()
     app = web.Application(client_max_size=MAX_BODY, middlewares=[_request_log, error_middleware])
@@ -77,9 +83,11 @@ def create_app(
     app[metrics_key] = Metrics()
     app[draining_key] = [False]
     app[inflight_key] = InFlight()
-    app[hermes_key] = hermes or AiohttpHermesClient(
-        config.hermes_url, config.hermes_api_key, config.hermes_timeout_ms, observe=app[metrics_key].observe_hermes
+    # one client per upstream, each with its own key (SPEC S10); `hermes` (a test's) stands in for the first
+    app[fleet_key] = Fleet.build(
+        config.upstreams, config.hermes_timeout_ms, observe=app[metrics_key].observe_hermes, first=hermes
     )
+    app[hermes_key] = app[fleet_key].first
     app.cleanup_ctx.append(_redis_context(redis_url or config.redis_url))
     if drive:
         app.cleanup_ctx.append(_driver_context)
@@ -117,6 +125,9 @@ def _redis_context(url: str | None) -> Callable[[web.Application], AsyncIterator
             await redis.aclose()
             raise
         log.info("Connected to Redis.", extra={"redis": _safe(url), "cluster": config.redis_cluster})
+        if len(app[fleet_key]) > 1:
+            upstreams = ",".join(u.name for u in app[fleet_key].upstreams)
+            log.info("Routing jobs to several Hermes upstreams.", extra={"upstreams": upstreams})
         app[redis_key] = redis
         durability = Durability(config.redis_wait_replicas, config.redis_wait_timeout_ms)
         virtual = VirtualTimes()  # the line's virtual time (SPEC S4.2): passes learn it, creates read it
@@ -128,7 +139,13 @@ def _redis_context(url: str | None) -> Callable[[web.Application], AsyncIterator
             delta_retention_ms=config.runs_delta_retention_ms,
             virtual=virtual,
         )
-        app[admission_key] = AdmissionStore(redis, Pacing.from_config(config), virtual)
+        app[admission_key] = AdmissionStore(
+            redis,
+            Pacing.from_config(config),
+            virtual,
+            slots_of(app[fleet_key].upstreams),
+            affinity=_affinity(app, redis),
+        )
         board = BoardSettings.from_config(config)
         app[writer_key] = Writer(app[store_key], app[clock_key], app[metrics_key], board)
         app[service_key] = JobService(
@@ -139,6 +156,7 @@ def _redis_context(url: str | None) -> Callable[[web.Application], AsyncIterator
             hermes=app[hermes_key],
             admission=app[admission_key],
             fairness=FairnessSettings.from_config(config),
+            client_of=app[fleet_key].client_or_first,
         )
         yield
         await redis.aclose()
@@ -159,6 +177,9 @@ async def _driver_context(app: web.Application) -> AsyncIterator[None]:
         metrics=app[metrics_key],
         policy=Policy.from_config(config),
         poll_interval_ms=config.runs_poll_interval_ms,
+        upstream=app[fleet_key].upstreams[0].name,
+        fleet=app[fleet_key],
+        affinity=_affinity(app, app[redis_key]),
     )
     supervisor = Supervisor(app[redis_key], deps, concurrency=config.runs_concurrency)
     gate.wake = supervisor.ring
@@ -166,6 +187,11 @@ async def _driver_context(app: web.Application) -> AsyncIterator[None]:
     supervisor.start()
     yield
     await drain(app)
+
+
+def _affinity(app: web.Application, redis: Redis) -> Affinity | None:
+    """Sessions' upstreams (SPEC S10), kept only when there is a choice: one URL stores nothing more than before."""
+    return Affinity(redis, app[config_key].runs_retention_ms) if len(app[fleet_key]) > 1 else None
 
 
 async def _deltas_context(app: web.Application) -> AsyncIterator[None]:
@@ -180,7 +206,13 @@ async def _deltas_context(app: web.Application) -> AsyncIterator[None]:
 async def _board_context(app: web.Application) -> AsyncIterator[None]:
     """Board delivery (SPEC S5): detached from the driver, stopped first on the way out."""
     board = BoardService(
-        app[config_key], app[redis_key], app[writer_key], app[hermes_key], app[clock_key], app[metrics_key]
+        app[config_key],
+        app[redis_key],
+        app[writer_key],
+        app[hermes_key],
+        app[clock_key],
+        app[metrics_key],
+        client_of=app[fleet_key].client_or_first,
     )
     app[board_key] = board
     await board.start()
@@ -201,7 +233,7 @@ async def drain(app: web.Application) -> None:
 
 
 async def _close_hermes(app: web.Application) -> None:
-    await app[hermes_key].aclose()
+    await app[fleet_key].aclose()
 
 
 def _safe(url: str) -> str:

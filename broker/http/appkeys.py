@@ -12,6 +12,7 @@ from broker.clock import Clock
 from broker.config import Config
 from broker.driver.supervisor import Supervisor
 from broker.hermes.client import HermesClient
+from broker.hermes.fleet import Fleet
 from broker.jobs.service import JobService
 from broker.jobs.writer import Writer
 from broker.metrics import Metrics
@@ -28,8 +29,14 @@ service_key = web.AppKey("service", JobService)
 store_key = web.AppKey("store", JobStore)
 supervisor_key = web.AppKey("supervisor", Supervisor)
 writer_key = web.AppKey("writer", Writer)
-hermes_key = web.AppKey("hermes", HermesClient)
+hermes_key = web.AppKey("hermes", HermesClient)  #: the first upstream's client (SPEC S10)
+fleet_key = web.AppKey("fleet", Fleet)  #: every upstream with its client
 draining_key = web.AppKey("draining", list[bool])  #: a one-element flag, set on SIGTERM
+
+
+def first_upstream(app: web.Application) -> str:
+    """The first upstream's name (SPEC S10): a run accepted by a broker before S10 ran there."""
+    return app[fleet_key].upstreams[0].name
 
 
 class InFlight:

@@ -7,6 +7,7 @@ import contextlib
 
 from aiohttp import web
 
+from broker.admission.state import UpstreamFigures
 from broker.http.appkeys import admission_key, clock_key, draining_key, hermes_key, metrics_key, redis_key
 from broker.http.render import json_response
 from broker.store import work
@@ -76,6 +77,17 @@ async def _admission(app: web.Application) -> dict[str, object]:
         gauges[name].set(value)
     for priority, count in enumerate(line.by_priority, start=1):
         metrics.admission_waiting.labels(str(priority)).set(count)
+    for upstream in line.upstreams:
+        for name, value in (
+            ("live_runs", upstream.live),
+            ("limit", upstream.limit),
+            ("limit_learnt", int(upstream.learnt)),
+            ("refusing", int(upstream.refusing is not None)),
+            ("lost", int(upstream.lost)),
+            ("probes", upstream.probes),
+            ("refused", upstream.refused),
+        ):
+            metrics.upstream[name].labels(upstream.name).set(value)
     return {
         "live": line.live,
         "limit": line.limit,
@@ -91,6 +103,23 @@ async def _admission(app: web.Application) -> dict[str, object]:
         "waiting_by_priority": {str(priority): count for priority, count in enumerate(line.by_priority, start=1)},
         "waiting_ahead": line.ahead,  # resubmits, and first attempts an older broker placed
         "top_keys": [{"key": load.key, "waiting": load.waiting, "weight": load.weight} for load in line.keys],
+        # each upstream's own admission (SPEC S10); the fields above are the first upstream's
+        "upstreams": [_upstream(upstream) for upstream in line.upstreams],
+    }
+
+
+def _upstream(upstream: UpstreamFigures) -> dict[str, object]:
+    refusing = upstream.refusing
+    return {
+        "name": upstream.name,
+        "live": upstream.live,
+        "limit": upstream.limit,
+        "learnt": upstream.learnt,
+        "refusing": refusing is not None,
+        "reason": refusing.value if refusing else None,
+        "detail": (upstream.detail or None) if refusing else None,
+        "retry_at": upstream.retry_at_ms / 1000 if refusing else None,
+        "lost": upstream.lost,
     }
 
 

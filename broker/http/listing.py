@@ -80,7 +80,7 @@ async def list_runs(request: web.Request) -> web.Response:
     return json_response(
         {
             "object": "list",
-            "data": [job_object(view) for view in page.jobs],
+            "data": [job_object(view, appkeys.first_upstream(request.app)) for view in page.jobs],
             "next_cursor": encode_cursor(page.next) if page.next else None,
         }
     )

@@ -1,5 +1,7 @@
 """Relay of Hermes-native runs (SPEC S3.7): with RUNS_PROXY_ENABLED, a run id that names no broker job is
-forwarded to Hermes and its answer relayed, event streams chunk by chunk. Used by every /v1/runs/{id} route."""
+forwarded to Hermes and its answer relayed, event streams chunk by chunk. Used by every /v1/runs/{id} route.
+With several upstreams (SPEC S10) they are asked in HERMES_URL order and the first answer that is not a 404 is
+relayed; all 404: the first 404; none answered but 404s: 503 (the run may be on one that did not answer)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import aiohttp
 from aiohttp import web
 
 from broker import errors
+from broker.hermes.client import HermesClient
 from broker.hermes.models import Forwarded, Unavailable, parse_json_object
 from broker.http import appkeys
 from broker.http.errors import envelope
@@ -32,14 +35,24 @@ async def proxy(request: web.Request, run_id: str, suffix: str = "") -> web.Stre
     if request.method == "GET" and suffix == "/events":
         return await _relay_stream(request, run_id, path)
     body = await request.read() if request.method != "GET" else b""
-    outcome = await request.app[appkeys.hermes_key].forward(request.method, path, body or None)
-    if isinstance(outcome, Unavailable):
-        _log.warning(
-            "Hermes did not answer a proxied run.", extra={"run": run_id, "path": path, "error": outcome.reason}
-        )
+    not_found: Forwarded | None = None
+    silent = False
+    for upstream, client in request.app[appkeys.fleet_key]:
+        outcome = await client.forward(request.method, path, body or None)
+        fields = {"run": run_id, "path": path, "upstream": upstream.name}
+        if isinstance(outcome, Unavailable):
+            _log.warning("Hermes did not answer a proxied run.", extra={**fields, "error": outcome.reason})
+            silent = True
+            continue
+        if outcome.status == 404:
+            not_found = not_found or outcome
+            continue
+        _log.info("Proxied a Hermes run.", extra={**fields, "status": outcome.status})
+        return _relayed(outcome)
+    if silent or not_found is None:
         raise errors.Unavailable("Hermes did not answer")
-    _log.info("Proxied a Hermes run.", extra={"run": run_id, "path": path, "status": outcome.status})
-    return _relayed(outcome)
+    _log.info("Proxied a Hermes run.", extra={"run": run_id, "path": path, "status": 404})
+    return _relayed(not_found)
 
 
 async def proxy_or_not_found(request: web.Request, run_id: str, suffix: str = "") -> web.StreamResponse:
@@ -58,10 +71,35 @@ def _relayed(answer: Forwarded) -> web.Response:
 
 
 async def _relay_stream(request: web.Request, run_id: str, path: str) -> web.StreamResponse:
-    hermes = request.app[appkeys.hermes_key]
+    """The first upstream's stream (or answer) that is not a 404, in HERMES_URL order (SPEC S10)."""
+    not_found: Forwarded | None = None
+    silent = False
+    for upstream, client in request.app[appkeys.fleet_key]:
+        try:
+            response = await _relay_stream_of(request, client, run_id, path, upstream.name)
+        except errors.Unavailable:
+            silent = True
+            continue
+        if isinstance(response, Forwarded):
+            not_found = not_found or response
+            continue
+        return response
+    if silent or not_found is None:
+        raise errors.Unavailable("Hermes did not answer")
+    _log.info("Proxied a Hermes run.", extra={"run": run_id, "path": path, "status": 404})
+    return _relayed(not_found)
+
+
+async def _relay_stream_of(
+    request: web.Request, hermes: HermesClient, run_id: str, path: str, name: str
+) -> web.StreamResponse | Forwarded:
+    """One upstream's stream relayed, or its 404 (for the next upstream to be asked)."""
     try:
         async with hermes.forward_stream(path) as upstream:
-            _log.info("Proxied a Hermes run.", extra={"run": run_id, "path": path, "status": upstream.status})
+            if upstream.status == 404:
+                return await _answer(upstream)
+            fields = {"run": run_id, "path": path, "status": upstream.status, "upstream": name}
+            _log.info("Proxied a Hermes run.", extra=fields)
             if upstream.status != 200:
                 return _relayed(await _answer(upstream))
             response = web.StreamResponse(headers={"Content-Type": "text/event-stream", **STREAM_HEADERS})
@@ -76,7 +114,7 @@ async def _relay_stream(request: web.Request, run_id: str, path: str) -> web.Str
                 await response.write_eof()
             return response
     except errors.Unavailable:
-        _log.warning("Hermes did not answer a proxied run.", extra={"run": run_id, "path": path})
+        _log.warning("Hermes did not answer a proxied run.", extra={"run": run_id, "path": path, "upstream": name})
         raise errors.Unavailable("Hermes did not answer") from None
 
 

@@ -31,7 +31,9 @@ def seconds(ms: int) -> float:
     return ms / 1000
 
 
-def job_object(view: JobView) -> dict[str, Any]:
+def job_object(view: JobView, default_upstream: str | None = None) -> dict[str, Any]:
+    """The job object; `default_upstream` (the first upstream's name, SPEC S10) is the upstream of a run accepted
+    by a broker before S10 (its `job.accepted` names none)."""
     document: dict[str, Any] = {
         "object": "hermes.run",
         "run_id": view.job_id,
@@ -57,6 +59,7 @@ def job_object(view: JobView) -> dict[str, Any]:
         "fairness_key": scheduling.fairness_key,
         "fairness_weight": scheduling.fairness_weight,
     }
+    document["upstream"] = view.upstream or (default_upstream if view.attempts else None)
     if view.dropped_deltas:
         document["dropped_deltas"] = view.dropped_deltas
     return document

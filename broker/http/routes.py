@@ -27,7 +27,11 @@ async def create_run(request: web.Request) -> web.Response:
         span.set("job.replayed", result.replayed)
         span.set("http.response.status_code", 202)
     headers = {"Idempotency-Replayed": "true"} if result.replayed else None
-    return json_response({**job_object(result.view), "replayed": result.replayed}, status=202, headers=headers)
+    return json_response(
+        {**job_object(result.view, keys.first_upstream(request.app)), "replayed": result.replayed},
+        status=202,
+        headers=headers,
+    )
 
 
 async def get_run(request: web.Request) -> web.StreamResponse:
@@ -38,7 +42,7 @@ async def get_run(request: web.Request) -> web.StreamResponse:
         view = await request.app[keys.service_key].get(run_id)
     except JobNotFound:
         return await proxy_or_not_found(request, run_id)
-    return json_response(job_object(view))
+    return json_response(job_object(view, keys.first_upstream(request.app)))
 
 
 @same_site_only

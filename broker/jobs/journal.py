@@ -11,6 +11,7 @@ from broker.events import (
     JobEvent,
     JobFinished,
     JobHeld,
+    JobRerouted,
     RunAccepted,
     RunInterrupted,
     RunResubmitted,
@@ -26,18 +27,8 @@ def record(log: logging.Logger, metrics: Metrics, view: JobView, events: Sequenc
     for event in events:
         log.debug("Appended a job event.", extra={"job": job, "event": type(event).__name__})
         match event:
-            case JobHeld(reason=reason, retry_at_ms=retry_at, attempt=attempt, detail=detail):
-                metrics.holds.labels(reason.value).inc()
-                if view.hold_count == 1:  # one line per hold streak of a job, not one per probe
-                    backoff = retry_at - event.at_ms
-                    fields = {
-                        "job": job,
-                        "hold": reason.value,
-                        "attempt": attempt,
-                        "backoffMs": backoff,
-                        "error": detail,
-                    }
-                    log.info("Held a job: Hermes did not accept it.", extra=fields)
+            case JobHeld():
+                _held(log, metrics, view, event)
             case RunAccepted(attempt=attempt, hermes_run_id=run_id):
                 log.info("Hermes accepted a job.", extra={"job": job, "attempt": attempt, "hermesRun": run_id})
             case RunInterrupted(attempt=attempt, hermes_run_id=run_id, reason=reason):
@@ -46,6 +37,9 @@ def record(log: logging.Logger, metrics: Metrics, view: JobView, events: Sequenc
             case RunResubmitted(attempt=attempt):
                 metrics.resubmits.inc()
                 log.info("Resubmitted a job.", extra={"job": job, "resubmit": attempt - 1, "attempt": attempt})
+            case JobRerouted(from_upstream=moved_from, to_upstream=moved_to, reason=reason):
+                fields = {"job": job, "from": moved_from, "to": moved_to, "reason": reason}
+                log.info("Moved a job's session to another upstream.", extra=fields)
             case StopRequested():
                 log.info("Stopped a job.", extra={"job": job})
             case JobFinished(status=status, error_code=code):
@@ -67,3 +61,16 @@ def record(log: logging.Logger, metrics: Metrics, view: JobView, events: Sequenc
                 pass  # relayed activity: the debug line above is enough
             case _:
                 pass
+
+
+def _held(log: logging.Logger, metrics: Metrics, view: JobView, event: JobHeld) -> None:
+    metrics.holds.labels(event.reason.value).inc()
+    if view.hold_count == 1:  # one line per hold streak of a job, not one per probe
+        fields = {
+            "job": view.job_id,
+            "hold": event.reason.value,
+            "attempt": event.attempt,
+            "backoffMs": event.retry_at_ms - event.at_ms,
+            "error": event.detail,
+        }
+        log.info("Held a job: Hermes did not accept it.", extra=fields)

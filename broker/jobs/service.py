@@ -15,6 +15,7 @@ from broker.clock import Clock
 from broker.errors import Conflict, IdempotencyConflict, Unavailable
 from broker.events import ApprovalDenied, JobCreated, JobEvent
 from broker.hermes.client import HermesClient
+from broker.hermes.fleet import ClientOf
 from broker.hermes.models import Relayed
 from broker.ids import job_id_for_key, new_job_id
 from broker.jobs import rules
@@ -47,6 +48,7 @@ class JobService:
         hermes: HermesClient,
         admission: AdmissionStore | None = None,
         fairness: FairnessSettings | None = None,
+        client_of: ClientOf | None = None,
     ) -> None:
         self._writer = writer
         self._fairness = fairness or FairnessSettings()
@@ -55,6 +57,7 @@ class JobService:
         self._metrics = metrics
         self._redis = redis
         self._hermes = hermes
+        self._client_of: ClientOf = client_of or (lambda _: hermes)  #: an attempt's upstream's (SPEC S10)
         self._log = get_logger(type(self))
 
     async def create(self, request: CreateRun, *, traceparent: str | None = None) -> CreateResult:
@@ -135,7 +138,7 @@ class JobService:
         live = view.accepted_attempt == view.attempt and view.hermes_run_id and not view.status.terminal
         if not live or view.hermes_run_id is None:
             raise Conflict("approval_not_active", f"Run has no live Hermes run: {job_id}")
-        outcome = await self._hermes.approval(view.hermes_run_id, orjson.dumps(choice.body()))
+        outcome = await self._client_of(view.upstream).approval(view.hermes_run_id, orjson.dumps(choice.body()))
         if not isinstance(outcome, Relayed):
             raise Unavailable("Hermes did not answer the approval")
         if outcome.status == 404:

@@ -25,59 +25,33 @@ reads instead of 64; a job that went back in line at another replica is seen by 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import cast
 
 from attrs import frozen
 from redis.asyncio import Redis
 
 from broker.admission import fair
+from broker.admission.route import route, take
 from broker.admission.state import INITIAL_LIMIT, QUIET_MS, LineState
+from broker.codec import decode_view
 from broker.config import Config
 from broker.events import HoldReason, JobStatus
 from broker.store import keys
+from broker.store.affinity import Affinity
+from broker.store.grants import Acceptance, Grant, Grants, Refusal
 from broker.store.leases import new_token
+from broker.store.replies import ints_and_ids as _ints_and_ids
+from broker.store.replies import scored as _scored
+from broker.store.replies import text as _text
 from broker.store.scripts import Scripts, run_many
+from broker.store.upstream_admission import UpstreamSlots, figures, grant_calls, need_of, reserved
+from projections.job import JobView
 
 #: How often a pass reads every partition's line (else only those known to hold waiting jobs).
 FULL_READ_MS = 500
-
-_REASONS = frozenset(reason.value for reason in HoldReason)
-_KEYS = [keys.ADMISSION_STATE, keys.ADMISSION_LIVE, keys.ADMISSION_SLOTS]
-_RESERVE_KEYS = [*_KEYS, keys.ADMISSION_RESERVED]
-
-
-@frozen
-class Grant:
-    job_id: str
-    token: str  #: the run lease taken with the grant
-    stored: dict[str, str]  #: the job's view hash as claimed (the fields it has), for its runner
-    created: str | None  #: its JobCreated event JSON (the execution body), for its runner
-
-
-@frozen
-class Grants:
-    grants: list[Grant]  #: granted, oldest first, each with its run lease
-    wake_at_ms: int | None  #: when a probe may go while Hermes refuses
-
-    @property
-    def jobs(self) -> list[str]:
-        return [grant.job_id for grant in self.grants]
-
-
-@frozen
-class Refusal:
-    retry_at_ms: int  #: the line's next probe
-    began: bool  #: this refusal began a refusal streak
-    limit: int
-    limit_changed: bool
-
-
-@frozen
-class Acceptance:
-    limit: int
-    grew: bool
-    ended_refusal: bool
+#: Most jobs a replica remembers as waiting for a busy upstream (SPEC S10), not to claim them while it has no room.
+MAX_PARKED = 10_000
 
 
 @frozen(kw_only=True)
@@ -89,27 +63,44 @@ class Pacing:
     backoff_ms: int = 1_000
     backoff_max_ms: int = 30_000
     quiet_ms: int = QUIET_MS
+    affinity_grace_ms: int = 30_000  #: HERMES_AFFINITY_GRACE (SPEC S10)
 
     @classmethod
     def from_config(cls, config: Config) -> Pacing:
         return cls(
-            pinned=config.hermes_max_concurrent,
+            pinned=config.upstreams[0].max_concurrent,  # the first upstream's (SPEC S10: per upstream to come)
             slot_ttl_ms=config.runs_lease_ms,
             backoff_ms=config.runs_backoff_ms,
             backoff_max_ms=config.runs_backoff_max_ms,
+            affinity_grace_ms=config.hermes_affinity_grace_ms,
         )
 
 
 class AdmissionStore:
-    def __init__(self, redis: Redis, pacing: Pacing, virtual: fair.VirtualTimes | None = None) -> None:
+    """The line (one for all upstreams) and the upstreams' admission; `upstreams` in HERMES_URL order, the first
+    with `pacing.pinned` (SPEC S10: jobs are admitted to the first upstream; the others' figures are read)."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        pacing: Pacing,
+        virtual: fair.VirtualTimes | None = None,
+        upstreams: Sequence[UpstreamSlots] = (),
+        affinity: Affinity | None = None,
+    ) -> None:
         self._redis = redis
         self._scripts = Scripts(redis)
         self.pacing = pacing
+        self.upstreams = tuple(upstreams) or (UpstreamSlots("", keys.FIRST_ADMISSION, pacing.pinned),)
+        self._first = self.upstreams[0].keys
+        self._affinity = affinity  #: sessions' upstreams (SPEC S10); None: no affinity
         self.virtual = virtual or fair.VirtualTimes()  #: V per priority, learnt with every pass (SPEC S4.2)
         self._drifted: list[int] = []  #: partitions read with an empty line but counts of waiting jobs
         self._waiting: set[int] = set()  #: partitions last seen (or heard) with waiting jobs, by this replica
         self._heard: set[int] = set()  #: partitions heard of since the last read began (it may predate the job)
         self._full_read_at = -FULL_READ_MS  #: when a pass last read every partition (epoch ms)
+        #: jobs bound to a busy upstream (SPEC S10), left in line by this replica's passes while it has no room
+        self._parked: dict[str, str] = {}
 
     async def admit(self, now_ms: int, most: int) -> Grants:
         """Take up to `most` jobs off the heads of the lines, oldest first, each with a slot and its run
@@ -117,19 +108,24 @@ class AdmissionStore:
         full = now_ms - self._full_read_at >= FULL_READ_MS
         if not full and not self._waiting:
             return Grants([], None)  # no waiting job known here: the next full read looks again
-        p = self.pacing
-        reply = _ints_and_ids(
-            await self._scripts.admission_admit(
-                keys=_RESERVE_KEYS, args=[now_ms, most, p.slot_ttl_ms, p.pinned, INITIAL_LIMIT, new_token()]
-            )
+        p, token = self.pacing, new_token()
+        replies = await run_many(  # every upstream's own slot (SPEC S10); one script in one round trip for one URL
+            self._redis,
+            self._scripts.admission_admit,
+            [(u.keys.reserving, [now_ms, most, p.slot_ttl_ms, u.pinned, INITIAL_LIMIT, token]) for u in self.upstreams],
         )
-        wake, reservations = int(reply[0]), reply[6:]
-        self.virtual.learn([int(float(tag)) for tag in reply[1:6]], now_ms)
-        if not reservations:
-            return Grants([], wake or None)  # at the limit, or pacing a refusal: one round trip
+        answers = [reserved(u, _ints_and_ids(reply)) for u, reply in zip(self.upstreams, replies, strict=True)]
+        wake = min((a.wake_at_ms for a in answers if a.wake_at_ms), default=0)
+        self.virtual.learn(answers[0].virtual, now_ms)
+        count = sum(len(a.reservations) for a in answers)
+        if not count:
+            return Grants([], wake or None)  # at the limits, or pacing refusals: one round trip
         if full:
             self._full_read_at = now_ms
-        heads = await self._heads(len(reservations), keys.partitions() if full else sorted(self._waiting))
+        roomless = {a.upstream.name for a in answers if not a.reservations}
+        parked = {job_id for job_id, upstream in self._parked.items() if upstream in roomless}
+        read = await self._heads(min(count, most) + len(parked), keys.partitions() if full else sorted(self._waiting))
+        heads = [head for head in read if head[0] not in parked][: min(count, most)]
         claims = await run_many(
             self._redis,
             self._scripts.admission_claim,
@@ -148,23 +144,38 @@ class AdmissionStore:
                 for job_id, token, partition in heads
             ],
         )
-        grants: list[Grant] = []
-        triples: list[str] = []
-        for (job_id, token, _), claim in zip(heads, claims, strict=True):
+        taken: list[tuple[str, str, dict[str, str], str | None, str, JobView | None]] = []
+        for (job_id, lease_token, _), claim in zip(heads, claims, strict=True):
             claimed = cast(list[object], claim)
             if claimed[0] != 1:
                 continue  # another replica took it (or drives it): it is not granted here
-            triples += [reservations[len(grants)], job_id, _text(claimed[1])]
             stored = {
                 name: _text(value)
                 for name, value in zip(("state", "last_id", "board"), claimed[2:5], strict=False)
                 if value is not None
             }
-            created = claimed[5] if len(claimed) > 5 else None
-            grants.append(Grant(job_id, token, stored, None if created is None else _text(created)))
-        await self._scripts.admission_grant(
-            keys=_RESERVE_KEYS, args=[now_ms, p.slot_ttl_ms, len(grants), *triples, *reservations[len(grants) :]]
-        )
+            created = _text(claimed[5]) if len(claimed) > 5 and claimed[5] is not None else None
+            view = decode_view(stored["state"]) if "state" in stored else None
+            taken.append((job_id, lease_token, stored, created, _text(claimed[1]), view))
+        sessions = [v.session_id for *_, v in taken if v is not None and v.attempt == 1 and v.session_id]
+        affinities = await self._affinity.of(sessions) if self._affinity is not None and sessions else {}
+        grants: list[Grant] = []
+        routed: dict[str, list[tuple[str, str]]] = {}
+        standings = [a.standing for a in answers]
+        for job_id, lease_token, stored, created, place, view in taken:
+            need = need_of(view, self.upstreams[0].name, affinities, p.affinity_grace_ms)
+            choice = route(standings, need, now_ms)  # SPEC S10: a pure decision
+            if choice.upstream is not None:
+                standings = take(standings, choice.upstream)
+                routed.setdefault(choice.upstream, []).append((job_id, place))
+                self._parked.pop(job_id, None)
+            elif need.bound is not None:
+                self._park(job_id, need.bound)
+            # a job that waits for its busy upstream is driven without a slot: its runner puts it back in line
+            grants.append(
+                Grant(job_id, lease_token, stored, created, choice.upstream, choice.moved_from, choice.reason)
+            )
+        await run_many(self._redis, self._scripts.admission_grant, grant_calls(answers, routed, now_ms, p.slot_ttl_ms))
         if self._drifted:  # rare: jobs moved by an older broker's scripts, which do not count them
             drifted, self._drifted = self._drifted, []
             calls: list[tuple[list[str], list[str]]] = [
@@ -172,6 +183,11 @@ class AdmissionStore:
             ]
             await run_many(self._redis, self._scripts.admission_fair_clear, calls)
         return Grants(grants, wake or None)
+
+    def _park(self, job_id: str, upstream: str) -> None:
+        if len(self._parked) >= MAX_PARKED:
+            self._parked.clear()  # a memory bound: at worst those jobs are claimed once more, and parked again
+        self._parked[job_id] = upstream
 
     def heard(self, job_id: str) -> None:
         """A job is (back) in the line: the next pass reads its partition."""
@@ -230,11 +246,16 @@ class AdmissionStore:
         others = [head for head in merged if head[0] != score]
         return fair.by_arrival(others + found, arrived)
 
-    async def accepted(self, job_id: str, now_ms: int) -> Acceptance:
-        p = self.pacing
+    def upstream(self, name: str | None) -> UpstreamSlots:
+        """The admission of the upstream named `name`; the first for None or a name not configured (a job an
+        older broker accepted names none; SPEC S10 `job.accepted` defaults to the first upstream)."""
+        return next((u for u in self.upstreams if u.name == name), self.upstreams[0])
+
+    async def accepted(self, job_id: str, now_ms: int, *, upstream: str | None = None) -> Acceptance:
+        p, at = self.pacing, self.upstream(upstream)
         reply = await self._scripts.admission_accepted(
-            keys=[keys.ADMISSION_STATE, keys.ADMISSION_LIVE, keys.ADMISSION_SLOTS],
-            args=[job_id, now_ms, p.pinned, p.quiet_ms, INITIAL_LIMIT, p.slot_ttl_ms],
+            keys=at.keys.scripts,
+            args=[job_id, now_ms, at.pinned, p.quiet_ms, INITIAL_LIMIT, p.slot_ttl_ms],
         )
         limit, grew, ended = (int(x) for x in cast(list[int], reply))
         return Acceptance(limit, grew == 1, ended == 1)
@@ -249,11 +270,12 @@ class AdmissionStore:
         retry_after_ms: int | None,
         jitter: float,
         place: str,
+        upstream: str | None = None,
     ) -> Refusal:
-        """The job goes back to its place (`place` when its slot no longer knows it); the line learns."""
-        p = self.pacing
+        """The job goes back to its place (`place` when its slot no longer knows it); the upstream learns."""
+        p, at = self.pacing, self.upstream(upstream)
         reply = await self._scripts.admission_refused(
-            keys=_KEYS,
+            keys=at.keys.scripts,
             args=[
                 job_id,
                 now_ms,
@@ -263,7 +285,7 @@ class AdmissionStore:
                 p.backoff_ms,
                 p.backoff_max_ms,
                 repr(jitter),
-                p.pinned,
+                at.pinned,
                 "1" if reason is HoldReason.BUSY else "0",
                 place,
                 INITIAL_LIMIT,
@@ -273,24 +295,27 @@ class AdmissionStore:
         await self.enter(job_id, back)
         return Refusal(int(retry_at), began == "1", int(limit), changed == "1")
 
-    async def release(self, job_id: str, *, freed: bool) -> bool:
+    async def release(self, job_id: str, *, freed: bool, upstream: str | None = None) -> bool:
         """Give the job's slot up; True when this ended a refusal (a settled run freed the slot)."""
         reply = await self._scripts.admission_release(
-            keys=[keys.ADMISSION_STATE, keys.ADMISSION_LIVE, keys.ADMISSION_SLOTS],
+            keys=self.upstream(upstream).keys.scripts,
             args=[job_id, "1" if freed else "0"],
         )
         return int(cast(list[int], reply)[1]) == 1
 
-    async def requeue(self, job_id: str, place: str) -> None:
-        back = await self._scripts.admission_requeue(keys=_KEYS, args=[job_id, place])
+    async def requeue(self, job_id: str, place: str, *, upstream: str | None = None) -> None:
+        back = await self._scripts.admission_requeue(keys=self.upstream(upstream).keys.scripts, args=[job_id, place])
         await self.enter(job_id, back.decode() if isinstance(back, bytes) else str(back))
 
-    async def hold(self, job_ids: Iterable[str], now_ms: int, *, renew_only: bool = False) -> None:
-        """(Re)take the slots of live runs this replica drives: renewals (`renew_only`) and takeovers."""
+    async def hold(
+        self, job_ids: Iterable[str], now_ms: int, *, renew_only: bool = False, upstream: str | None = None
+    ) -> None:
+        """(Re)take the slots of live runs this replica drives on one upstream: renewals (`renew_only`) and
+        takeovers."""
         expiry = now_ms + self.pacing.slot_ttl_ms
         mapping: dict[str, float] = {job_id: expiry for job_id in job_ids}
         if mapping:
-            await self._redis.zadd(keys.ADMISSION_LIVE, mapping, xx=renew_only)
+            await self._redis.zadd(self.upstream(upstream).keys.live, mapping, xx=renew_only)
 
     async def enter(self, job_id: str, place: str) -> None:
         """Make sure a waiting job is in the line (jobs of an older broker, or after a lost write), counted among
@@ -310,8 +335,9 @@ class AdmissionStore:
             (fair.front(p), f"({fair.front(p + 1)}" if p < fair.PRIORITIES[-1] else "+inf") for p in fair.PRIORITIES
         ]
         async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.hgetall(keys.ADMISSION_STATE)
-            pipe.zcount(keys.ADMISSION_LIVE, f"({now_ms}", "+inf")
+            for upstream in self.upstreams:  # one slot each (SPEC S10)
+                pipe.hgetall(upstream.keys.state)
+                pipe.zcount(upstream.keys.live, f"({now_ms}", "+inf")
             for partition in keys.partitions() if lines else ():
                 line = keys.line(partition)
                 pipe.zcount(line, "-inf", f"({fair.BASE}")  # ahead of the bands
@@ -319,31 +345,35 @@ class AdmissionStore:
                     pipe.zcount(line, low, high)
                 pipe.hgetall(keys.fair(partition))
                 pipe.execute_command("ZRANGE", keys.runs_index(partition, JobStatus.QUEUED.value), 0, 0, "WITHSCORES")
-            fields, live, *read = await pipe.execute()
-        s = cast(dict[str, str], fields)
-        refusing = s.get("refusing", "")
+            replies = await pipe.execute()
+        n = 2 * len(self.upstreams)
+        shares = [
+            figures(upstream, cast(dict[str, str], state), int(live))
+            for upstream, state, live in zip(self.upstreams, replies[:n:2], replies[1:n:2], strict=True)
+        ]
+        first, read = shares[0], replies[n:]
         per = 3 + len(fair.PRIORITIES)
         counts = [read[i : i + per] for i in range(0, len(read), per)]
         ahead = sum(int(c[0]) for c in counts)
         by_priority = tuple(sum(int(c[1 + i]) for c in counts) for i in range(len(fair.PRIORITIES)))
         oldest = min((score for c in counts for _, score in _scored(c[-1])), default=None)
         loads = fair.top_keys(entry for c in counts for entry in _key_counts(cast(dict[str, str], c[-2])))
-        pinned = self.pacing.pinned
         return LineState(
-            limit=pinned or int(s.get("limit") or INITIAL_LIMIT),
-            learnt=pinned == 0,
-            live=int(live),
+            limit=first.limit,
+            learnt=first.learnt,
+            live=first.live,
             waiting=ahead + sum(by_priority),
             oldest_wait_ms=None if oldest is None else max(0, now_ms - int(oldest)),
-            refusing=HoldReason(refusing) if refusing in _REASONS else None,
-            detail=s.get("detail", ""),
-            since_ms=int(s.get("since") or 0),
-            retry_at_ms=int(s.get("retry_at") or 0),
-            probes=int(s.get("probes") or 0),
-            refused=int(s.get("refused") or 0),
+            refusing=first.refusing,
+            detail=first.detail,
+            since_ms=first.since_ms,
+            retry_at_ms=first.retry_at_ms,
+            probes=first.probes,
+            refused=first.refused,
             by_priority=by_priority,
             ahead=ahead,
             keys=tuple(loads),
+            upstreams=tuple(shares),
         )
 
 
@@ -360,22 +390,3 @@ async def read_virtual(redis: Redis) -> list[int]:
     """The virtual time of each priority (SPEC S4.2) as the admission state keeps it."""
     values = await redis.hmget(keys.ADMISSION_STATE, [f"v{priority}" for priority in fair.PRIORITIES])
     return [int(float(value or 0)) for value in values]
-
-
-def _scored(reply: object) -> list[tuple[str, float]]:
-    """A raw ZRANGE ... WITHSCORES reply as (member, score) pairs: RESP2 sends [member, score, ...], RESP3
-    (the cluster client) [[member, score], ...]."""
-    items = cast(list[object], reply)
-    if items and isinstance(items[0], list | tuple):
-        return [(str(member), float(score)) for member, score in cast(list[tuple[str, float]], items)]
-    flat = cast(list[str], items)
-    return [(flat[i], float(flat[i + 1])) for i in range(0, len(flat), 2)]
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _ints_and_ids(reply: object) -> list[str]:
-    # redis-py types script replies loosely: a list of ints and bytes/str
-    return [x.decode() if isinstance(x, bytes) else str(x) for x in cast(list[bytes | str | int], reply)]

@@ -32,6 +32,9 @@ hbr:{pN}:runs                zset    job id -> updated_at ms: the listing (S3.9)
 hbr:{pN}:runs:<status>       zset    the same, one per job status (the status filter)  past RUNS_RETENTION; job write
 hbr:{pN}:deltas              zset    finished job id -> when its deltas are removed    none; terminal job write,
                                      (RUNS_DELTA_RETENTION after its end, S3.6)        delta sweep (each replica)
+hbr:{pN}:affinity:<S>        string  the upstream that ran session S's last job         RUNS_RETENTION from its
+                                     (SPEC S10); pN = `session_partition(S)`           last job's acceptance and
+                                                                                       end; driver
 hbr:{pN}:scratch             stream  a job stream's compacted copy, renamed over it    exists only inside a job write
 hbr:{work}                   stream  doorbells (hints): `line` / `job`; group drivers   acked+deleted; after writes
 hbr:{board}:bell             stream  cluster only: a board version was written (hint)  ~1000; after job writes
@@ -48,6 +51,17 @@ hbr:{adm}:reserved           zset    slots reserved for a pass -> expiry ms     
 hbr:{adm}:slots              hash    job holding a slot -> its place in the line       none; admission
 hbr:{adm}:state              hash    the learnt limit and the refusal (probe) state,   none; admission
                                      `v1`..`v5`: the virtual time of each priority (S4.2)
+hbr:{adm:<name>}:live, :reserved, :slots, :state
+                                     the same four for every upstream but the first    as {adm}
+                                     (SPEC S10), `<name>` its name (`hermes-2:8642`);
+                                     (`v1`..`v5` there are not read: V is the first's)
+
+Several Hermes deployments (SPEC S10): each upstream has its own admission (limit, live slots, refusal) in a
+slot of its own. The FIRST upstream of HERMES_URL keeps `{adm}`, so a one-URL broker and a store of the broker
+before S10 are unchanged, and replicas of both agree during a rolling upgrade; the line's virtual times stay in
+`{adm}:state`. Every other upstream is keyed by its name, not its place in the list: reordering, adding or
+removing upstreams never hands one deployment's live slots or learnt limit to another (the first one aside: keep
+the deployment that was there before S10 first).
 
 The work stream is only a wake-up hint, written by the job write itself on a single Redis (no slots there)
 and right after it on a cluster: the due schedules and lines are the durable memory, looked at
@@ -67,6 +81,8 @@ from __future__ import annotations
 
 import zlib
 
+from attrs import frozen
+
 PREFIX = "hbr"
 EVENT_FIELD = "e"
 #: Fixed forever for a store: a job's partition is derived from its id. SPEC S2 adds no variable for it.
@@ -83,6 +99,38 @@ ADMISSION_LIVE = f"{_ADMISSION}:live"
 ADMISSION_SLOTS = f"{_ADMISSION}:slots"
 ADMISSION_STATE = f"{_ADMISSION}:state"
 ADMISSION_RESERVED = f"{_ADMISSION}:reserved"
+
+
+@frozen
+class AdmissionKeys:
+    """One upstream's admission keys, all in one slot (SPEC S10)."""
+
+    state: str
+    live: str
+    slots: str
+    reserved: str
+
+    @property
+    def scripts(self) -> list[str]:
+        """KEYS[1..3] of the admission scripts: state, live, slots."""
+        return [self.state, self.live, self.slots]
+
+    @property
+    def reserving(self) -> list[str]:
+        """KEYS[1..4] of the scripts of a pass: state, live, slots, reserved."""
+        return [self.state, self.live, self.slots, self.reserved]
+
+
+FIRST_ADMISSION = AdmissionKeys(ADMISSION_STATE, ADMISSION_LIVE, ADMISSION_SLOTS, ADMISSION_RESERVED)
+
+
+def admission(upstream: str, *, first: bool) -> AdmissionKeys:
+    """The admission keys of the upstream named `upstream`: `{adm}` for the first of HERMES_URL, else by name."""
+    if first:
+        return FIRST_ADMISSION
+    tag = f"{PREFIX}:{{adm:{upstream}}}"
+    return AdmissionKeys(f"{tag}:state", f"{tag}:live", f"{tag}:slots", f"{tag}:reserved")
+
 
 #: Every partition's events stream, as a SCAN pattern.
 EVENTS_MATCH = f"{PREFIX}:{{p*}}:*:events"
@@ -152,6 +200,16 @@ def turns(partition: int, priority: int) -> str:
 def fairness_partition(fairness_key: str) -> int:
     """The partition that keeps a fairness key's turns: a pure function of the key."""
     return zlib.crc32(b"key:" + fairness_key.encode()) % PARTITIONS
+
+
+def session_partition(session_id: str) -> int:
+    """The partition that keeps a session's affinity (SPEC S10): a pure function of its `session_id`."""
+    return zlib.crc32(b"session:" + session_id.encode()) % PARTITIONS
+
+
+def affinity(session_id: str) -> str:
+    """The upstream a session's jobs go to (SPEC S10): one key per session, one slot per write, a TTL for retention."""
+    return f"{_tag(session_partition(session_id))}:affinity:{session_id}"
 
 
 def board_outbox(partition: int) -> str:

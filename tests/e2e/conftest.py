@@ -151,9 +151,11 @@ def start_broker(tmp_path: Path, silent_hermes: str) -> Iterator[BrokerFactory]:
 class SimulatorProcess:
     """`python -m broker.simulator` in upstream-main mode (durable keys), uncapped unless `max_concurrent`."""
 
-    def __init__(self, port: int, max_concurrent: int = 0) -> None:
+    def __init__(self, port: int, max_concurrent: int = 0, api_key: str | None = None) -> None:
         self.url = f"http://127.0.0.1:{port}"
         command = [sys.executable, "-m", "broker.simulator", "--port", str(port), "--upstream-main"]
+        if api_key is not None:
+            command += ["--api-key", api_key]  # it answers 401 to any other
         self.process = subprocess.Popen(
             [*command, "--max-concurrent", str(max_concurrent)],
             stdout=subprocess.DEVNULL,

@@ -29,7 +29,9 @@ DEFAULTS = {
     "hermes_url": "http://127.0.0.1:8642",
     "hermes_api_key": None,
     "hermes_timeout_ms": 30_000,
-    "hermes_max_concurrent": 0,
+    "hermes_max_concurrent": (0,),
+    "hermes_affinity_grace_ms": 30_000,
+    "hermes_upstream_lost_ms": 300_000,
     "admission_fairness_default": "session_key",
     "admission_fairness_weights": (),
     "runs_concurrency": 64,
@@ -73,7 +75,9 @@ EVERY_VARIABLE = {
     "HERMES_URL": ("https://hermes.internal:8642", "hermes_url", "https://hermes.internal:8642"),
     "HERMES_API_KEY": ("sekrit", "hermes_api_key", "sekrit"),
     "HERMES_TIMEOUT": ("1234", "hermes_timeout_ms", 1234),
-    "HERMES_MAX_CONCURRENT": ("10", "hermes_max_concurrent", 10),
+    "HERMES_MAX_CONCURRENT": ("10", "hermes_max_concurrent", (10,)),
+    "HERMES_AFFINITY_GRACE": ("5000", "hermes_affinity_grace_ms", 5000),
+    "HERMES_UPSTREAM_LOST": ("60000", "hermes_upstream_lost_ms", 60_000),
     "ADMISSION_FAIRNESS_DEFAULT": ("session_id", "admission_fairness_default", "session_id"),
     "ADMISSION_FAIRNESS_WEIGHTS": (
         "team-a=3,team-b=0.5",
@@ -322,3 +326,86 @@ def test_the_broker_exits_with_one_line_naming_the_variable(name: str, raw: str)
     assert wanted in lines[0]
     if name == "BOARD_SIGNING_SECRET":
         assert raw not in lines[0]
+
+
+# --- several Hermes deployments (SPEC S10) ---
+
+
+def test_one_hermes_url_is_one_upstream_with_the_whole_key_and_limit() -> None:
+    config = Config.from_env(
+        {"HERMES_URL": "http://hermes-1:8642/", "HERMES_API_KEY": "a,b", "HERMES_MAX_CONCURRENT": "7"}
+    )
+    (upstream,) = config.upstreams
+    assert (upstream.index, upstream.name, upstream.url) == (0, "hermes-1:8642", "http://hermes-1:8642")
+    assert (upstream.api_key, upstream.max_concurrent) == ("a,b", 7)  # one upstream: the key as it is, commas too
+    assert Config().upstreams[0].name == "127.0.0.1:8642"
+    assert Config().upstreams[0].api_key is None and Config().upstreams[0].max_concurrent == 0
+
+
+def test_upstreams_are_named_by_their_url_without_scheme_or_credentials() -> None:
+    config = Config.from_env({"HERMES_URL": " http://hermes-1:8642 , https://u:p@10.0.0.7:8642/agent/,http://h3"})
+    assert [u.name for u in config.upstreams] == ["hermes-1:8642", "10.0.0.7:8642/agent", "h3"]
+    assert [u.index for u in config.upstreams] == [0, 1, 2]
+    assert config.upstreams[1].url == "https://u:p@10.0.0.7:8642/agent"  # the client keeps what it was given
+    assert "u:p" not in repr(config.upstreams) and "u:p" not in repr(config)
+
+
+def test_one_key_and_one_limit_are_for_every_upstream() -> None:
+    config = Config.from_env(
+        {"HERMES_URL": "http://a:1,http://b:1", "HERMES_API_KEY": "k", "HERMES_MAX_CONCURRENT": "4"}
+    )
+    assert [(u.api_key, u.max_concurrent) for u in config.upstreams] == [("k", 4), ("k", 4)]
+
+
+def test_lists_give_each_upstream_its_own_key_and_limit_and_an_empty_key_item_is_no_key() -> None:
+    env = {
+        "HERMES_URL": "http://a:1,http://b:1,http://c:1",
+        "HERMES_API_KEY": "ka,, kc ",
+        "HERMES_MAX_CONCURRENT": "4, 6,0",
+    }
+    config = Config.from_env(env)
+    assert [(u.api_key, u.max_concurrent) for u in config.upstreams] == [("ka", 4), (None, 6), ("kc", 0)]
+    assert config.hermes_max_concurrent == (4, 6, 0)
+    assert "ka" not in repr(config) and "kc" not in repr(config.upstreams)
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"HERMES_URL": "http://a:1,http://b:1", "HERMES_API_KEY": "k1,k2,k3"}, "HERMES_API_KEY=<hidden> has 3"),
+        ({"HERMES_URL": "http://a:1,http://b:1,http://c:1", "HERMES_API_KEY": "k1,k2"}, "HERMES_API_KEY=<hidden>"),
+        ({"HERMES_URL": "http://a:1,http://b:1", "HERMES_MAX_CONCURRENT": "1,2,3"}, "HERMES_MAX_CONCURRENT="),
+        ({"HERMES_MAX_CONCURRENT": "1,2"}, "HERMES_MAX_CONCURRENT='1,2' has 2 values, but HERMES_URL names 1"),
+        ({"HERMES_MAX_CONCURRENT": "1,x"}, "HERMES_MAX_CONCURRENT='1,x' (item 2 of 2) is not an integer"),
+        ({"HERMES_MAX_CONCURRENT": "1,-2"}, "HERMES_MAX_CONCURRENT="),
+        ({"HERMES_URL": "http://a:1,"}, "HERMES_URL='http://a:1,' (item 2 of 2) is not an http(s) URL"),
+        ({"HERMES_URL": "http://a:1,ftp://b"}, "HERMES_URL="),
+        ({"HERMES_URL": "http://a:1,https://a:1/"}, "names the upstream a:1 twice"),
+        ({"HERMES_URL": "http://x:y@a:1,http://a:1"}, "HERMES_URL='http://***@a:1,http://a:1' names"),
+        ({"HERMES_AFFINITY_GRACE": "-1"}, "HERMES_AFFINITY_GRACE="),
+        ({"HERMES_UPSTREAM_LOST": "0"}, "HERMES_UPSTREAM_LOST="),
+    ],
+)
+def test_a_bad_upstream_list_names_its_variable_and_hides_keys(env: dict[str, str], named: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        Config.from_env(env)
+    assert named in caught.value.message
+    assert "k1" not in caught.value.message and "x:y" not in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("env", "wanted"),
+    [
+        ({"HERMES_URL": "http://127.0.0.1:9,http://127.0.0.1:10", "HERMES_API_KEY": "s1,s2,s3"}, "HERMES_API_KEY"),
+        ({"HERMES_URL": "http://127.0.0.1:9,http://127.0.0.1:10", "HERMES_MAX_CONCURRENT": "1,2,3"}, "HERMES_MAX"),
+    ],
+)
+def test_the_broker_exits_with_one_line_naming_a_list_of_a_wrong_length(env: dict[str, str], wanted: str) -> None:
+    started = {key: value for key, value in os.environ.items() if key not in EVERY_VARIABLE} | env
+    done = subprocess.run(
+        [sys.executable, "-m", "broker"], env=started, capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == 2
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    assert len(lines) == 1, lines
+    assert wanted in lines[0] and "s1" not in lines[0] and "s2" not in lines[0]

@@ -1,7 +1,8 @@
 -- Hermes accepted a granted create: any refusal is over, and a learnt limit grows (SPEC S4.1) —
 -- by one per accepted create below the known capacity (slow start), by one per quiet period past it.
 -- The limit only grows while it is used up, so an idle broker never inflates it.
--- KEYS[1] admission state hash   KEYS[2] live zset   KEYS[3] slots hash   (one slot: {adm})
+-- KEYS[1] admission state hash   KEYS[2] live zset   KEYS[3] slots hash
+--   (one slot: the upstream's, {adm} for the first of HERMES_URL, {adm:<name>} for the others, SPEC S10)
 -- ARGV[1] job   ARGV[2] now (epoch ms)   ARGV[3] pinned limit (0 = learnt)   ARGV[4] quiet ms
 -- ARGV[5] a learnt limit's start   ARGV[6] slot ttl ms
 -- Returns {limit, 1 if the limit grew, 1 if this ended a refusal}

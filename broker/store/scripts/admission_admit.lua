@@ -5,12 +5,13 @@
 -- back unused; one never settled (the caller died) expires by itself.
 -- KEYS[1] admission state hash   KEYS[2] live zset (slot -> expiry)
 -- KEYS[3] slots hash (job -> place, while its create is in flight)   KEYS[4] reserved zset
---   (one slot: {adm})
+--   (one slot: the upstream's, {adm} for the first of HERMES_URL, {adm:<name>} for the others, SPEC S10)
 -- ARGV[1] now (epoch ms)   ARGV[2] most slots the caller can use   ARGV[3] slot ttl ms (RUNS_LEASE)
 -- ARGV[4] pinned limit (0 = learnt)   ARGV[5] a learnt limit's start   ARGV[6] reservation token
--- Returns {wake_at, v1, .., v5, reservation1, ...}; wake_at (0 = none) is when the next probe may go while
--- Hermes refuses; v1..v5 the virtual time of each priority (SPEC S4.2, kept by admission_grant.lua), which the
--- replica's creates use.
+-- Returns {wake_at, v1, .., v5, limit, in_use, refusing, since, reservation1, ...}; wake_at (0 = none) is when
+-- the next probe may go while Hermes refuses; v1..v5 the virtual time of each priority (SPEC S4.2, kept by
+-- admission_grant.lua in the first upstream's state), which the replica's creates use; limit, in_use (live slots
+-- and reservations before this one's), refusing (the reason, '' = none) and since: what routing reads (SPEC S10).
 local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[3])
 for _, job in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)) do
   -- its holder stopped renewing (a dead replica): the slot comes back
@@ -18,13 +19,15 @@ for _, job in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)) do
   redis.call('HDEL', KEYS[3], job)
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
-local s = redis.call('HMGET', KEYS[1], 'limit', 'refusing', 'retry_at', 'v1', 'v2', 'v3', 'v4', 'v5')
+local s = redis.call('HMGET', KEYS[1], 'limit', 'refusing', 'retry_at', 'v1', 'v2', 'v3', 'v4', 'v5', 'since')
 local limit = tonumber(ARGV[4])
 if limit == 0 then
   limit = tonumber(s[1] or ARGV[5])
 end
-local n = math.min(tonumber(ARGV[2]), limit - redis.call('ZCARD', KEYS[2]) - redis.call('ZCARD', KEYS[4]))
-local reply, probe = {0, s[4] or '0', s[5] or '0', s[6] or '0', s[7] or '0', s[8] or '0'}, false
+local in_use = redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[4])
+local n = math.min(tonumber(ARGV[2]), limit - in_use)
+local reply = {0, s[4] or '0', s[5] or '0', s[6] or '0', s[7] or '0', s[8] or '0', limit, in_use, s[2] or '', s[9] or '0'}
+local probe = false
 if s[2] and s[2] ~= '' then
   if now < tonumber(s[3] or '0') then
     n, reply[1] = 0, tonumber(s[3])
@@ -39,8 +42,8 @@ for i = 1, n do
   redis.call('ZADD', KEYS[4], now + ttl, reservation)
   reply[#reply + 1] = reservation
 end
-if probe and #reply > 6 then
+if probe and #reply > 10 then
   -- counted as a probe once a job is granted the reservation (admission_grant.lua)
-  redis.call('HSET', KEYS[1], 'probe', reply[7])
+  redis.call('HSET', KEYS[1], 'probe', reply[11])
 end
 return reply

@@ -4,23 +4,32 @@
 -- replicas claimed their heads first). A probe reserved for a granted reservation becomes that job's
 -- (and is counted); a probe reserved for one given back is over. The virtual time of each priority (SPEC
 -- S4.2) becomes one past the largest start tag granted in it (a first attempt's place, broker/admission/fair.py:
--- a job that arrives after a grant sorts behind every job of its tag that waited then).
+-- a job that arrives after a grant sorts behind every job of its tag that waited then). With several upstreams
+-- (SPEC S10) every upstream settles its own reservations, and the first one's call (its state holds V) also
+-- gets the places of the jobs granted on the others.
 -- KEYS[1] admission state hash   KEYS[2] live zset   KEYS[3] slots hash   KEYS[4] reserved zset
---   (one slot: {adm})
--- ARGV[1] now (epoch ms)   ARGV[2] slot ttl ms   ARGV[3] g, the number of grants
--- ARGV[4 .. 3+3g] g triples (reservation, job, its place in the line)   ARGV[4+3g ..] unused reservations
+--   (one slot: the upstream's, {adm} for the first of HERMES_URL, {adm:<name>} for the others, SPEC S10)
+-- ARGV[1] now (epoch ms)   ARGV[2] slot ttl ms   ARGV[3] g, the number of grants   ARGV[4] u, of unused ones
+-- ARGV[5 .. 4+3g] g triples (reservation, job, its place in the line)   ARGV[5+3g .. 4+3g+u] unused reservations
+-- ARGV[5+3g+u ..] places of jobs granted on other upstreams (they move V only)
 -- Returns the number of reservations given back
-local expiry, g = tonumber(ARGV[1]) + tonumber(ARGV[2]), tonumber(ARGV[3])
+local expiry, g, u = tonumber(ARGV[1]) + tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local probe = redis.call('HGET', KEYS[1], 'probe')
 local base, band, tags = 2 ^ 51, 2 ^ 50, {}
-for i = 4, 3 + 3 * g, 3 do
-  local reservation, job = ARGV[i], ARGV[i + 1]
-  local place = tonumber(ARGV[i + 2])
+local function moves_v(value)
+  local place = tonumber(value)
   if place and place >= base then
     local priority = math.min(math.floor((place - base) / band), 4) + 1
     local tag = place - base - (priority - 1) * band
     tags[priority] = math.max(tags[priority] or 0, tag + 1)
   end
+end
+for i = 5 + 3 * g + u, #ARGV do
+  moves_v(ARGV[i])
+end
+for i = 5, 4 + 3 * g, 3 do
+  local reservation, job = ARGV[i], ARGV[i + 1]
+  moves_v(ARGV[i + 2])
   redis.call('ZREM', KEYS[4], reservation)
   redis.call('ZADD', KEYS[2], expiry, job)
   redis.call('HSET', KEYS[3], job, ARGV[i + 2])
@@ -36,7 +45,7 @@ for priority, tag in pairs(tags) do
   end
 end
 local n = 0
-for i = 4 + 3 * g, #ARGV do
+for i = 5 + 3 * g, 4 + 3 * g + u do
   n = n + redis.call('ZREM', KEYS[4], ARGV[i])
   if probe == ARGV[i] then
     redis.call('HSET', KEYS[1], 'probe', '')

@@ -1,7 +1,8 @@
 -- Hermes refused a granted create (429, draining, unreachable, 5xx, 401/403): the job's slot is freed
 -- (the caller puts the job back at the returned place of its partition's line), a 429 teaches the
 -- limit, and the next probe is paced (SPEC S4.1).
--- KEYS[1] admission state hash   KEYS[2] live zset   KEYS[3] slots hash  (one slot: {adm})
+-- KEYS[1] admission state hash   KEYS[2] live zset   KEYS[3] slots hash
+--   (one slot: the upstream's, {adm} for the first of HERMES_URL, {adm:<name>} for the others, SPEC S10)
 -- ARGV[1] job   ARGV[2] now (epoch ms)   ARGV[3] hold reason   ARGV[4] detail (Hermes's words)
 -- ARGV[5] Retry-After ms ('' = none)   ARGV[6] backoff ms   ARGV[7] backoff max ms   ARGV[8] jitter in [0, 1)
 -- ARGV[9] pinned limit (0 = learnt)   ARGV[10] '1' = a 429   ARGV[11] the job's place if its slot lost it

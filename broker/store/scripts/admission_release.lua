@@ -1,6 +1,7 @@
 -- A job gives its admission slot up. `freed`: one of the broker's runs settled, so a refusal seen
 -- before it is over (the slot it frees is newer than the refusal) and the next job goes at once.
--- KEYS[1] admission state hash   KEYS[2] live zset   KEYS[3] slots hash   (one slot: {adm})
+-- KEYS[1] admission state hash   KEYS[2] live zset   KEYS[3] slots hash
+--   (one slot: the upstream's, {adm} for the first of HERMES_URL, {adm:<name>} for the others, SPEC S10)
 -- ARGV[1] job   ARGV[2] '1' = freed by a settled run
 -- Returns {1 if the job held a slot, 1 if this ended a refusal}
 local held = redis.call('ZREM', KEYS[2], ARGV[1])

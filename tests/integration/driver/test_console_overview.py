@@ -42,3 +42,22 @@ async def _held(replica: TestClient[Any, Any], job_id: str) -> bool:
 
 async def _status(replica: TestClient[Any, Any], job_id: str, status: str) -> bool:
     return bool((await job(replica, job_id))["status"] == status)
+
+
+async def test_the_overview_shows_the_upstreams_side_by_side_and_each_jobs_upstream(
+    make_replica: ClientFactory, sim: Simulator, hermes_server: Any
+) -> None:
+    # Given two upstreams (SPEC S10), the second not there, and a job run on the first
+    simulator = str(hermes_server.make_url("")).rstrip("/")
+    replica = await make_replica(hermes_url=f"{simulator},http://127.0.0.1:9/agent", hermes_max_concurrent=(3, 5))
+    done = (await create(replica, {"input": "hello"}))["run_id"]
+    await eventually(lambda: _status(replica, done, "completed"))
+    # Then the overview has one column per upstream, in HERMES_URL order, and the job row names its upstream
+    page = await (await replica.get("/console")).text()
+    table = re.search(r'<table class="facts upstreams" data-region="upstreams">(.*?)</table>', page, flags=re.DOTALL)
+    assert table is not None
+    first = simulator.removeprefix("http://")
+    assert re.findall(r'data-upstream="([^"]+)"', table[1]) == [first, "127.0.0.1:9/agent"]
+    assert re.search(r"<tr><th>limit</th><td>3</td><td>5</td></tr>", table[1])
+    row = re.search(rf'<tr data-job-id="{done}">(.*?)</tr>', page, flags=re.DOTALL)
+    assert row is not None and f"<td>{first}</td>" in row[1]

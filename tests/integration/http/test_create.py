@@ -39,6 +39,7 @@ JOB_FIELDS = {
     "error",
     "reporting",
     "scheduling",
+    "upstream",  #: SPEC S10: null before an acceptance
 }
 CONTEXT = {
     "title": "Review staging promotion",
@@ -81,6 +82,7 @@ async def test_a_create_answers_a_queued_job_object(client: TestClient[Any, Any]
     assert job["object"] == "hermes.run"
     assert (job["status"], job["last_event"], job["attempts"], job["replayed"]) == ("queued", "job.queued", 0, False)
     assert (job["hold"], job["output"], job["usage"], job["error"], job["hermes_run_id"]) == (None,) * 5
+    assert job["upstream"] is None
     assert (job["session_id"], job["model"]) == (None, "hermes-agent")
     assert job["reporting"] == {"board": True, "post": True}
     assert job["scheduling"] == {"priority": 3, "fairness_key": "", "fairness_weight": 1.0}

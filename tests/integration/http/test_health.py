@@ -6,7 +6,8 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from broker.http.appkeys import draining_key
+from broker.events import HoldReason
+from broker.http.appkeys import admission_key, draining_key
 
 
 async def test_healthz_answers_while_the_process_serves(client: TestClient[Any, Any]) -> None:
@@ -64,3 +65,40 @@ async def test_readyz_and_metrics_show_waiting_jobs_by_priority_and_the_busiest_
     ]
     assert 'hbr_admission_waiting{priority="1"} 1.0' in metrics
     assert 'hbr_admission_waiting{priority="3"} 5.0' in metrics
+
+
+async def test_readyz_and_metrics_show_each_upstreams_admission(make_client: Any) -> None:
+    # Given a broker of two upstreams (SPEC S10), the second pinned at 4 and refusing (draining)
+    client = await make_client(
+        hermes_url="http://127.0.0.1:9,http://u:p@127.0.0.1:10/agent", hermes_max_concurrent=(0, 4)
+    )
+    second = "127.0.0.1:10/agent"
+    await client.app[admission_key].refused(  # type: ignore[index]
+        "job_x",
+        1_000,
+        reason=HoldReason.DRAINING,
+        detail="Draining.",
+        retry_after_ms=None,
+        jitter=0.0,
+        place="1",
+        upstream=second,
+    )
+    # When /readyz and /metrics are read
+    answer = await client.get("/readyz")
+    report = await answer.json()
+    metrics = await (await client.get("/metrics")).text()
+    # Then each upstream has its entry, in HERMES_URL order, named without credentials; readiness is unchanged
+    assert answer.status == 200
+    first, other = report["admission"]["upstreams"]
+    assert first == {
+        "name": "127.0.0.1:9", "live": 0, "limit": 2, "learnt": True, "refusing": False, "reason": None,
+        "detail": None, "retry_at": None, "lost": False,
+    }  # fmt: skip
+    assert other["name"] == second and (other["limit"], other["learnt"]) == (4, False)
+    assert (other["refusing"], other["reason"], other["detail"]) == (True, "draining", "Draining.")
+    assert isinstance(other["retry_at"], float) and other["lost"] is False
+    assert report["admission"]["refusing"] is False  # the top-level fields are the first upstream's
+    assert 'hbr_upstream_limit{upstream="127.0.0.1:10/agent"} 4.0' in metrics
+    assert 'hbr_upstream_refusing{upstream="127.0.0.1:10/agent"} 1.0' in metrics
+    assert 'hbr_upstream_limit_learnt{upstream="127.0.0.1:9"} 1.0' in metrics
+    assert "u:p" not in metrics and "u:p" not in str(report)

@@ -196,3 +196,47 @@ async def test_disabled_proxy_answers_404_for_stop_and_approval(make_client: Cli
         answer = await client.post(f"/v1/runs/run_abc{suffix}", json=body)
         assert answer.status == 404
         assert (await answer.json())["error"]["code"] == "run_not_found"
+
+
+# -- several upstreams (SPEC S10): asked in order, the first answer that is not a 404 relayed ---------------------
+
+
+@pytest.fixture
+async def second() -> AsyncIterator[TestServer]:
+    server = TestServer(create_simulator(Settings(keepalive_s=0.5)))
+    await server.start_server()
+    yield server
+    await server.close()
+
+
+def url(server: TestServer) -> str:
+    return str(server.make_url("")).rstrip("/")
+
+
+async def test_a_run_of_the_second_upstream_is_found_and_relayed_get_events_and_stop(
+    make_client: ClientFactory, hermes: TestServer, second: TestServer
+) -> None:
+    proxying = await make_client(runs_proxy_enabled=True, hermes_url=f"{url(hermes)},{url(second)}")
+    run_id = await hermes_run(second, "hello sleep:1")
+    answer = await proxying.get(f"/v1/runs/{run_id}")
+    assert answer.status == 200 and (await answer.json())["run_id"] == run_id
+    events = await proxying.get(f"/v1/runs/{run_id}/events")
+    assert events.status == 200 and events.headers["Content-Type"].startswith("text/event-stream")
+    assert (await _data(SseReader(events)))["run_id"] == run_id
+    events.close()
+    stopped = await proxying.post(f"/v1/runs/{run_id}/stop")
+    assert stopped.status == 200 and (await stopped.json()) == {"run_id": run_id, "status": "stopping"}
+    for path in ("/v1/runs/run_unknown", "/v1/runs/run_unknown/events"):  # no upstream knows it: Hermes's 404
+        unknown = await proxying.get(path)
+        assert unknown.status == 404 and (await unknown.json())["error"]["code"] == "run_not_found"
+
+
+async def test_a_404_of_one_upstream_while_another_does_not_answer_is_a_503(
+    make_client: ClientFactory, hermes: TestServer
+) -> None:
+    proxying = await make_client(runs_proxy_enabled=True, hermes_url=f"{url(hermes)},http://127.0.0.1:{free_port()}")
+    for path in ("/v1/runs/run_unknown", "/v1/runs/run_unknown/events"):  # the run may be on the silent one
+        answer = await proxying.get(path)
+        assert answer.status == 503 and (await answer.json())["error"]["code"] == "unavailable"
+    run_id = await hermes_run(hermes)  # the first knows this one: its answer, whatever the other does
+    assert (await proxying.get(f"/v1/runs/{run_id}")).status == 200

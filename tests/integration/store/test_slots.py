@@ -31,6 +31,8 @@ from broker.store.leases import Leases
 from broker.store.listing import IndexRepair, Listing
 from broker.store.rebuild import RebuildStore, Replacement
 from broker.store.scripts import NAMES, source
+from broker.store.upstream_admission import slots_of
+from broker.upstreams import build
 from projections.board import BoardState
 from projections.job import apply, fold
 from tests.conftest import RedisServer
@@ -100,6 +102,26 @@ async def _refused(redis: Redis) -> object:
     return await store.refused(
         JOB, 1_000, reason=HoldReason.BUSY, detail="Full.", retry_after_ms=1_000, jitter=0.5, place="1"
     )
+
+
+SECOND = "hermes-2:8642/agent"  #: an upstream past the first (SPEC S10): its admission keyed by its name
+
+
+def _fleet(redis: Redis) -> AdmissionStore:
+    upstreams = build(["http://hermes-1:8642", f"http://{SECOND}"], None, [0, 3])
+    return AdmissionStore(redis, Pacing(), upstreams=slots_of(upstreams))
+
+
+async def _second_upstream(redis: Redis) -> object:
+    store = _fleet(redis)
+    await store.accepted(JOB, 1_000, upstream=SECOND)
+    await store.refused(
+        JOB, 1_000, reason=HoldReason.BUSY, detail="Full.", retry_after_ms=1_000, jitter=0.5, place="1", upstream=SECOND
+    )
+    await store.hold([JOB], 1_000, upstream=SECOND)
+    await store.release(JOB, freed=True, upstream=SECOND)
+    await store.requeue(JOB, "1", upstream=SECOND)
+    return await store.state(1_000)
 
 
 async def _release(redis: Redis) -> object:
@@ -267,6 +289,7 @@ SINGLE_SLOT: list[tuple[str, Operation]] = [
     ("admission_refused", _refused),
     ("admission_release", _release),
     ("admission_requeue", _requeue),
+    ("admission_accepted/refused/release/requeue on an upstream past the first (SPEC S10)", _second_upstream),
     ("fair_turn + append_events (create with a fairness key)", _create_keyed),
     ("admission_enter", _enter),
     ("admission_fair_clear", _fair_clear),
@@ -333,6 +356,15 @@ def test_every_key_of_a_job_write_maps_to_one_slot(job_id: str) -> None:
     assert len({key_slot(key.encode()) for key in job_write}) == 1
     admission = [keys.ADMISSION_STATE, keys.ADMISSION_LIVE, keys.ADMISSION_SLOTS, keys.ADMISSION_RESERVED]
     assert len({key_slot(key.encode()) for key in admission}) == 1
+
+
+@pytest.mark.parametrize("name", ["hermes-2:8642", "10.0.0.7:8642/agent", "h:1/a}b", "h:1/{x}"])
+def test_each_upstreams_admission_keys_map_to_one_slot_of_their_own(name: str) -> None:
+    own = keys.admission(name, first=False)
+    slots = {key_slot(key.encode()) for key in own.reserving}
+    assert len(slots) == 1
+    assert keys.admission(name, first=True) == keys.FIRST_ADMISSION
+    assert own.state != keys.ADMISSION_STATE
 
 
 def test_the_partitions_spread_over_many_slots() -> None:

@@ -6,6 +6,7 @@ from attrs import evolve
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from broker.codec import decode, encode
 from broker.events import (
     ApprovalDenied,
     HermesEventRecorded,
@@ -20,6 +21,7 @@ from broker.events import (
     StopRequested,
     UnknownEvent,
 )
+from broker.http.render import job_object
 from projections.job import Hold, JobView, apply, fold
 from tests.strategies import BASE_MS, JOB_ID, created, event_lists, hermes_event, histories, later_event
 
@@ -218,3 +220,27 @@ def test_every_event_after_the_create_is_counted_until_the_job_ends(events: list
     assert view.event_count <= len(events) - 1
     if not view.status.terminal:
         assert view.event_count == len(events) - 1
+
+
+@given(histories())
+def test_the_upstream_is_that_of_an_accepted_run_and_none_before_one(events: list[JobEvent]) -> None:
+    view = fold(events)
+    assume(view is not None)
+    assert view is not None
+    if view.attempts == 0:
+        assert view.upstream is None
+    else:
+        assert view.upstream in {e.upstream for e in events if isinstance(e, RunAccepted)}
+
+
+def test_the_job_object_names_the_upstream_of_the_run_and_the_first_for_a_run_accepted_before_s10() -> None:
+    queued = _view()
+    assert job_object(queued, "hermes-1:8642")["upstream"] is None  # null before an acceptance
+    old = _view(_accepted())  # a job.accepted a broker before S10 wrote: it names no upstream
+    assert old.upstream is None and job_object(old, "hermes-1:8642")["upstream"] == "hermes-1:8642"
+    moved = _view(_accepted(), evolve(_accepted(2, "run_b"), upstream="hermes-2:8642"))
+    assert moved.upstream == "hermes-2:8642" and job_object(moved, "hermes-1:8642")["upstream"] == "hermes-2:8642"
+    assert decode(b'{"type":"RunAccepted","job_id":"j","at_ms":1,"attempt":1,"hermes_run_id":"r"}') == RunAccepted(
+        job_id="j", at_ms=1, attempt=1, hermes_run_id="r", upstream=None
+    )
+    assert b"upstream" not in encode(_accepted())  # an event that names no upstream is stored as before S10

@@ -1,0 +1,109 @@
+"""Which upstream a granted job goes to (SPEC S10): a pure decision, state + job + now -> upstream or wait.
+
+An admission pass reserves slots on every upstream with room (each upstream's own limit, S4.1), then takes the
+heads of the line in order and routes each with `route`, which spends one of those slots:
+- a job bound to an upstream (its session's, or the upstream of its interrupted run) goes there while that
+  upstream is up, and waits while it is busy; once it has been down longer than the job's patience (the
+  affinity grace; none for a resubmit) the job goes elsewhere, and the choice says it moved;
+- any other job goes to the upstream with the lowest share of its limit in use among those with a free slot,
+  upstreams that refuse creates (their one probe) last, then in HERMES_URL order;
+- no upstream is given more jobs than it has free slots, and no job waits while an upstream it may use has one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from fractions import Fraction
+
+import attrs
+from attrs import frozen
+
+from broker.events import HoldReason
+
+
+@frozen(kw_only=True)
+class Standing:
+    """One upstream as a pass sees it."""
+
+    name: str
+    limit: int  #: its admission limit (>= 1)
+    in_use: int  #: its live runs and creates in flight, this pass's grants included
+    free: int  #: slots reserved for this pass and not given yet (its room now)
+    refusing: HoldReason | None = None  #: it refuses creates (its free slot, if any, is the probe)
+    refusing_since_ms: int = 0
+    lost: bool = False  #: silent past HERMES_UPSTREAM_LOST
+
+    @property
+    def down(self) -> bool:
+        """Refused, unreachable, draining or lost: not merely busy (SPEC S10)."""
+        return self.lost or (self.refusing is not None and self.refusing is not HoldReason.BUSY)
+
+    def down_for(self, now_ms: int) -> int:
+        """How long it has been down (0 while up); a lost upstream counts as down for ever."""
+        if self.lost:
+            return 1 << 62
+        return max(0, now_ms - self.refusing_since_ms) if self.down else 0
+
+    @property
+    def share(self) -> Fraction:
+        return Fraction(self.in_use, max(1, self.limit))
+
+
+@frozen(kw_only=True)
+class Need:
+    """What routing needs of a job: the upstream it is bound to, if any, and how long it waits for it while down."""
+
+    bound: str | None = None  #: its session's upstream (affinity) or its interrupted run's upstream
+    patience_ms: int = 0  #: HERMES_AFFINITY_GRACE for a session; 0 for a resubmit
+
+
+@frozen(kw_only=True)
+class Choice:
+    upstream: str | None  #: None: the job waits (back to its place in the line)
+    #: it was bound to this upstream, down past its patience (or no longer configured); None: it was not moved
+    moved_from: str | None = None
+    reason: str | None = None  #: why it moved: the bound one's refusal reason, `lost`, or `removed` (not listed)
+
+
+def route(standings: Sequence[Standing], need: Need, now_ms: int) -> Choice:
+    """The upstream of one job, or wait (SPEC S10)."""
+    bound = next((s for s in standings if s.name == need.bound), None)
+    if bound is not None and (not bound.down or bound.down_for(now_ms) < need.patience_ms):
+        return Choice(upstream=bound.name if bound.free > 0 else None)  # up, or down within the job's patience
+    best = _best([s for s in standings if s is not bound])
+    if best is None:
+        return Choice(upstream=None)
+    if need.bound is None:
+        return Choice(upstream=best.name)
+    return Choice(upstream=best.name, moved_from=need.bound, reason=_why(bound))  # down too long, or not listed
+
+
+def take(standings: Sequence[Standing], name: str) -> list[Standing]:
+    """The standings after one job went to `name`: one slot less free, one more in use."""
+    return [attrs.evolve(s, free=s.free - 1, in_use=s.in_use + 1) if s.name == name else s for s in standings]
+
+
+def route_all(standings: Sequence[Standing], needs: Sequence[Need], now_ms: int) -> list[Choice]:
+    """Route the heads of the line in order, each spending the slot it takes."""
+    choices: list[Choice] = []
+    current = list(standings)
+    for need in needs:
+        choice = route(current, need, now_ms)
+        if choice.upstream is not None:
+            current = take(current, choice.upstream)
+        choices.append(choice)
+    return choices
+
+
+def _why(bound: Standing | None) -> str:
+    if bound is None:
+        return "removed"
+    if bound.lost:
+        return "lost"
+    return bound.refusing.value if bound.refusing is not None else "unavailable"
+
+
+def _best(standings: Sequence[Standing]) -> Standing | None:
+    """The upstream with a free slot that is up, with the lowest share in use; a refusing one's probe last."""
+    open_ = [(s.refusing is not None, s.share, index, s) for index, s in enumerate(standings) if s.free > 0]
+    return min(open_, key=lambda item: item[:3])[3] if open_ else None

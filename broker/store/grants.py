@@ -1,0 +1,41 @@
+"""What the admission store answers (broker/store/admission.py): grants of a pass, acceptances, refusals."""
+
+from __future__ import annotations
+
+from attrs import frozen
+
+
+@frozen
+class Grant:
+    job_id: str
+    token: str  #: the run lease taken with the grant
+    stored: dict[str, str]  #: the job's view hash as claimed (the fields it has), for its runner
+    created: str | None  #: its JobCreated event JSON (the execution body), for its runner
+    upstream: str | None = None  #: the upstream whose slot it holds (SPEC S10); None: it waits, without a slot
+    moved_from: str | None = None  #: the upstream it was bound to, down too long (SPEC S10)
+    moved_because: str | None = None  #: why it moved (`job.rerouted` reason)
+
+
+@frozen
+class Grants:
+    grants: list[Grant]  #: granted, oldest first, each with its run lease
+    wake_at_ms: int | None  #: when a probe may go while Hermes refuses
+
+    @property
+    def jobs(self) -> list[str]:
+        return [grant.job_id for grant in self.grants]
+
+
+@frozen
+class Refusal:
+    retry_at_ms: int  #: the line's next probe
+    began: bool  #: this refusal began a refusal streak
+    limit: int
+    limit_changed: bool
+
+
+@frozen
+class Acceptance:
+    limit: int
+    grew: bool
+    ended_refusal: bool

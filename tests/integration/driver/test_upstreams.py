@@ -1,0 +1,212 @@
+"""Several Hermes deployments (SPEC S10) as the driver sees them: an accepted run records its upstream, and the job
+object shows it (null before an acceptance); a job whose run was accepted by a broker before S10 shows the first."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestServer
+
+from broker.events import JobHeld, JobRerouted, RunAccepted
+from broker.http.appkeys import store_key
+from broker.simulator.app import create_app as create_simulator
+from broker.simulator.control import simulator_key
+from broker.simulator.state import Settings, Simulator
+from tests.integration.conftest import ClientFactory
+from tests.integration.driver.conftest import create, eventually, job, settled
+
+
+async def test_an_accepted_run_records_its_upstream_and_the_job_shows_it(
+    make_replica: ClientFactory, make_client: ClientFactory, hermes_server: TestServer, sim: Simulator
+) -> None:
+    # Given a replica whose first upstream is the simulator (a second one is listed, nobody listens there)
+    simulator = str(hermes_server.make_url("")).rstrip("/")
+    name = simulator.removeprefix("http://")
+    replica = await make_replica(hermes_url=f"{simulator},http://127.0.0.1:9/agent")
+    # and a job created while no replica drives (it waits: upstream null)
+    waiting = await make_client()
+    created = await create(waiting, {"input": "hello"})
+    assert created["upstream"] is None and (await job(waiting, created["run_id"]))["upstream"] is None
+    # When it runs to the end
+    done = await settled(replica, created["run_id"])
+    # Then it shows the upstream that ran it, and its job.accepted event names it
+    assert done["status"] == "completed" and done["upstream"] == name
+    events = await replica.app[store_key].read(created["run_id"])  # type: ignore[index]
+    accepted = [event for _, event in events if isinstance(event, RunAccepted)]
+    assert [event.upstream for event in accepted] == [name]
+    listed: Any = await (await replica.get("/v1/runs")).json()
+    assert listed["data"][0]["upstream"] == name
+
+
+@pytest.fixture
+async def second_hermes(aiohttp_server: Any) -> TestServer:
+    """Another Hermes deployment (SPEC S10): a second simulator process-alike on its own port."""
+    server: TestServer = await aiohttp_server(create_simulator(Settings(step_s=0.01, events_wait_s=0.2)))
+    return server
+
+
+def url_of(server: TestServer) -> str:
+    return str(server.make_url("")).rstrip("/")
+
+
+def sim_of(server: TestServer) -> Simulator:
+    return server.app[simulator_key]  # type: ignore[index]
+
+
+def creates(sim: Simulator) -> list[str]:
+    return [r["idempotency_key"] for r in sim.requests if r["method"] == "POST" and r["path"] == "/v1/runs"]
+
+
+async def test_jobs_spread_over_two_upstreams_each_within_its_own_limit(
+    make_replica: ClientFactory, hermes_server: TestServer, second_hermes: TestServer, sim: Simulator
+) -> None:
+    # Given two upstreams with room for 2 and 4 runs, pinned at their capacity, and two replicas
+    other = sim_of(second_hermes)
+    sim.settings.max_concurrent, other.settings.max_concurrent = 2, 4
+    settings = {"hermes_url": f"{url_of(hermes_server)},{url_of(second_hermes)}", "hermes_max_concurrent": (2, 4)}
+    a, b = await make_replica(**settings), await make_replica(**settings)
+    # When 18 jobs arrive through both
+    arrival = [(await create(a if i % 2 else b, {"input": f"job {i} sleep:0.2"}))["run_id"] for i in range(18)]
+    done = [await settled(a, job_id, timeout=30) for job_id in arrival]
+    # Then every job completed once, each on the upstream its object names, and neither Hermes saw more than its
+    # cap live or refused a create: the line filled both
+    assert all(d["status"] == "completed" for d in done)
+    first, second = url_of(hermes_server).removeprefix("http://"), url_of(second_hermes).removeprefix("http://")
+    on_first = {d["run_id"] for d in done if d["upstream"] == first}
+    on_second = {d["run_id"] for d in done if d["upstream"] == second}
+    assert on_first | on_second == set(arrival)
+    assert sorted(creates(sim)) == sorted(on_first) and sorted(creates(other)) == sorted(on_second)
+    assert sim.stats()["peak_live"] <= 2 and other.stats()["peak_live"] <= 4
+    assert other.stats()["peak_live"] >= 3  # the larger one was filled past the smaller one's capacity
+    assert len(on_second) > len(on_first)
+    refused = [r for s in (sim, other) for r in s.requests if r["path"] == "/v1/runs" and r["status"] == 429]
+    assert refused == []
+    admission = (await (await a.get("/readyz")).json())["admission"]["upstreams"]
+    assert [(u["name"], u["live"], u["limit"]) for u in admission] == [(first, 0, 2), (second, 0, 4)]
+
+
+async def test_stop_and_approval_reach_the_upstream_of_the_run(
+    make_replica: ClientFactory, hermes_server: TestServer, second_hermes: TestServer, sim: Simulator
+) -> None:
+    # Given the first upstream full (pinned at 1, one long run), so the next jobs go to the second
+    other = sim_of(second_hermes)
+    replica = await make_replica(
+        hermes_url=f"{url_of(hermes_server)},{url_of(second_hermes)}", hermes_max_concurrent=(1, 4)
+    )
+    blocker = await create(replica, {"input": "block sleep:5"})
+    await eventually(lambda: _running(replica, blocker["run_id"]))
+    asking = await create(replica, {"input": "please approval"})
+    stopping = await create(replica, {"input": "long sleep:5"})
+    second = url_of(second_hermes).removeprefix("http://")
+    waiting = await eventually(lambda: _status(replica, asking["run_id"], "waiting_for_approval"))
+    assert waiting["upstream"] == second
+    running = await eventually(lambda: _running(replica, stopping["run_id"]))
+    assert running["upstream"] == second
+    # When the approval is answered and the other job is stopped
+    answer = await replica.post(f"/v1/runs/{asking['run_id']}/approval", json={"choice": "once"})
+    assert answer.status == 200, await answer.text()
+    assert (await replica.post(f"/v1/runs/{stopping['run_id']}/stop")).status in (200, 202)
+    # Then both went to the second upstream (with its run ids), none to the first
+    assert (await settled(replica, asking["run_id"]))["status"] == "completed"
+    assert (await settled(replica, stopping["run_id"]))["status"] == "cancelled"
+    paths = [r["path"] for r in other.requests]
+    assert f"/v1/runs/{waiting['hermes_run_id']}/approval" in paths
+    assert f"/v1/runs/{running['hermes_run_id']}/stop" in paths
+    assert not [r for r in sim.requests if r["path"].endswith(("/approval", "/stop"))]
+
+
+async def _status(client: Any, job_id: str, status: str) -> dict[str, Any] | None:
+    current = await job(client, job_id)
+    return current if current["status"] == status else None
+
+
+async def _running(client: Any, job_id: str) -> dict[str, Any] | None:
+    return await _status(client, job_id, "running")
+
+
+@pytest.mark.parametrize("second_down", [False, True], ids=["its-upstream-up", "its-upstream-down"])
+async def test_an_interrupted_run_resubmits_to_its_upstream_while_up_else_elsewhere(
+    make_replica: ClientFactory,
+    hermes_server: TestServer,
+    second_hermes: TestServer,
+    sim: Simulator,
+    second_down: bool,
+) -> None:
+    # Given a job running on the second upstream (the first is full with a short blocker)
+    other = sim_of(second_hermes)
+    replica = await make_replica(
+        hermes_url=f"{url_of(hermes_server)},{url_of(second_hermes)}", hermes_max_concurrent=(1, 4)
+    )
+    blocker = await create(replica, {"input": "block sleep:1"})
+    await eventually(lambda: _running(replica, blocker["run_id"]))
+    created = await create(replica, {"input": "long sleep:2"})
+    running = await eventually(lambda: _running(replica, created["run_id"]))
+    second = url_of(second_hermes).removeprefix("http://")
+    first = url_of(hermes_server).removeprefix("http://")
+    assert running["upstream"] == second
+    # When its run is lost there (Hermes forgot it: 404), the second upstream being up, or draining
+    if second_down:
+        other.settings.draining = True
+    async with aiohttp.ClientSession() as session:
+        url = f"{url_of(second_hermes)}/_sim/runs/{running['hermes_run_id']}/interrupt"
+        async with session.post(url, json={"forget": True}) as answer:
+            assert answer.status == 200
+    # Then attempt 2 runs on the second while it is up, else (once it refused the create) on the first
+    done = await settled(replica, created["run_id"], timeout=30)
+    assert done["status"] == "completed" and done["attempts"] == 2
+    assert done["upstream"] == (first if second_down else second)
+    keys = creates(sim) + creates(other)
+    assert keys.count(f"{created['run_id']}#2") == (2 if second_down else 1)  # a refused create, then the first
+
+
+async def test_a_session_keeps_its_upstream_and_waits_for_it_while_it_is_busy(
+    make_replica: ClientFactory, hermes_server: TestServer, second_hermes: TestServer, sim: Simulator
+) -> None:
+    # Given two upstreams of one slot each, and a session whose first job ran on the first
+    other = sim_of(second_hermes)
+    replica = await make_replica(
+        hermes_url=f"{url_of(hermes_server)},{url_of(second_hermes)}", hermes_max_concurrent=(1, 1)
+    )
+    first, second = url_of(hermes_server).removeprefix("http://"), url_of(second_hermes).removeprefix("http://")
+    opening = await settled(replica, (await create(replica, {"input": "hi", "session_id": "s-1"}))["run_id"])
+    assert opening["upstream"] == first
+    # When the first is busy with a long job and the session's next turn arrives, then a job of no session
+    busy = await create(replica, {"input": "block sleep:1"})
+    await eventually(lambda: _running(replica, busy["run_id"]))
+    turn = await create(replica, {"input": "turn two", "session_id": "s-1"})
+    loose = await create(replica, {"input": "no session"})
+    # Then the job of no session goes to the second at once, while the session's turn waits for the first
+    assert (await settled(replica, loose["run_id"]))["upstream"] == second
+    assert (await job(replica, turn["run_id"]))["status"] == "queued"
+    done = await settled(replica, turn["run_id"], timeout=20)
+    assert done["upstream"] == first and done["status"] == "completed"
+    assert turn["run_id"] not in creates(other)
+
+
+async def test_a_session_moves_after_the_grace_of_its_upstream_being_down_with_a_rerouted_event(
+    make_replica: ClientFactory, hermes_server: TestServer, second_hermes: TestServer, sim: Simulator
+) -> None:
+    # Given a session whose first job ran on the first upstream
+    replica = await make_replica(
+        hermes_url=f"{url_of(hermes_server)},{url_of(second_hermes)}", hermes_affinity_grace_ms=600
+    )
+    first, second = url_of(hermes_server).removeprefix("http://"), url_of(second_hermes).removeprefix("http://")
+    opening = await settled(replica, (await create(replica, {"input": "hi", "session_id": "s-2"}))["run_id"])
+    assert opening["upstream"] == first
+    # When the first upstream drains (503) and the session's next turn arrives
+    sim.settings.draining = True
+    turn = await create(replica, {"input": "turn two", "session_id": "s-2"})
+    # Then it waits for the grace, then runs on the second, and its events say it moved, from where and why
+    done = await settled(replica, turn["run_id"], timeout=20)
+    assert done["status"] == "completed" and done["upstream"] == second
+    events = await replica.app[store_key].read(turn["run_id"])  # type: ignore[index]
+    moved = [event for _, event in events if isinstance(event, JobRerouted)]
+    assert [(e.from_upstream, e.to_upstream, e.reason) for e in moved] == [(first, second, "draining")]
+    held = [event for _, event in events if isinstance(event, JobHeld)]
+    assert held and moved[0].at_ms - held[0].at_ms >= 600 - 50  # not before the grace
+    # and the session's upstream follows it: the next turn goes to the second even once the first is back
+    sim.settings.draining = False
+    third = await settled(replica, (await create(replica, {"input": "three", "session_id": "s-2"}))["run_id"])
+    assert third["upstream"] == second

@@ -1,0 +1,132 @@
+"""Routing a granted job (SPEC S10), a pure decision: properties over any upstreams' standings and jobs."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from broker.admission.route import Choice, Need, Standing, route, route_all, take
+from broker.events import HoldReason
+
+NAMES = ["hermes-1:8642", "hermes-2:8642", "10.0.0.7:8642/agent", "h4"]
+NOW = 10_000_000
+GRACE = 30_000
+
+
+@st.composite
+def standings(draw: st.DrawFn) -> list[Standing]:
+    count = draw(st.integers(1, len(NAMES)))
+    found = []
+    for name in NAMES[:count]:
+        limit = draw(st.integers(1, 12))
+        in_use = draw(st.integers(0, limit))
+        refusing = draw(st.sampled_from([None, None, *HoldReason]))
+        found.append(
+            Standing(
+                name=name,
+                limit=limit,
+                in_use=in_use,
+                free=draw(st.integers(0, min(1, limit - in_use) if refusing else limit - in_use)),
+                refusing=refusing,
+                refusing_since_ms=NOW - draw(st.integers(0, 2 * GRACE)) if refusing else 0,
+                lost=draw(st.booleans()) if refusing else False,
+            )
+        )
+    return found
+
+
+needs = st.builds(
+    Need,
+    bound=st.sampled_from([None, *NAMES, "gone:1"]),
+    patience_ms=st.sampled_from([0, GRACE]),
+)
+
+
+def waits_for_bound(states: list[Standing], need: Need) -> Standing | None:
+    bound = next((s for s in states if s.name == need.bound), None)
+    if bound is not None and (not bound.down or bound.down_for(NOW) < need.patience_ms):
+        return bound
+    return None
+
+
+@given(standings(), st.lists(needs, max_size=40))
+def test_no_upstream_is_given_more_jobs_than_its_free_slots(states: list[Standing], jobs: list[Need]) -> None:
+    choices = route_all(states, jobs, NOW)
+    for standing in states:
+        assert sum(1 for c in choices if c.upstream == standing.name) <= standing.free
+
+
+@given(standings(), st.lists(needs, max_size=40))
+def test_no_job_waits_while_an_upstream_it_may_use_has_a_free_slot(states: list[Standing], jobs: list[Need]) -> None:
+    current = list(states)
+    for need in jobs:
+        choice = route(current, need, NOW)
+        bound = waits_for_bound(current, need)
+        if choice.upstream is None:
+            if bound is not None:
+                assert bound.free == 0  # it waits only for its own upstream, busy
+            else:
+                assert all(s.free == 0 for s in current if s.name != need.bound)
+        else:
+            current = take(current, choice.upstream)
+
+
+@given(standings(), needs)
+def test_a_job_bound_to_an_upstream_that_is_up_goes_there_or_waits(states: list[Standing], need: Need) -> None:
+    choice = route(states, need, NOW)
+    bound = waits_for_bound(states, need)
+    if bound is not None:
+        assert choice == Choice(upstream=bound.name if bound.free else None)
+    elif choice.upstream is not None:
+        assert choice.upstream != need.bound  # down past its patience (or gone): it moves, and says so
+        assert choice.moved_from == need.bound and (choice.reason is None) == (need.bound is None)
+
+
+@given(standings())
+def test_a_free_job_goes_to_the_lowest_share_in_use_among_upstreams_with_room_refusing_ones_last(
+    states: list[Standing],
+) -> None:
+    choice = route(states, Need(), NOW)
+    open_ = [s for s in states if s.free > 0]
+    if not open_:
+        assert choice == Choice(upstream=None)
+        return
+    chosen = next(s for s in states if s.name == choice.upstream)
+    assert choice.moved_from is None
+    for other in open_:
+        assert (chosen.refusing is not None, chosen.share) <= (other.refusing is not None, other.share)
+
+
+def test_the_spread_fills_each_upstream_in_proportion_to_its_limit() -> None:
+    states = [
+        Standing(name="a", limit=4, in_use=0, free=4),
+        Standing(name="b", limit=6, in_use=0, free=6),
+        Standing(name="c", limit=10, in_use=0, free=10),
+    ]
+    choices = route_all(states, [Need()] * 10, NOW)
+    counts = {name: sum(1 for c in choices if c.upstream == name) for name in "abc"}
+    assert counts == {"a": 2, "b": 3, "c": 5}
+    assert all(c.upstream for c in route_all(states, [Need()] * 20, NOW))
+    assert route_all(states, [Need()] * 21, NOW)[-1] == Choice(upstream=None)
+
+
+def test_a_session_waits_for_its_busy_upstream_and_moves_after_the_grace_of_it_being_down() -> None:
+    busy = Standing(name="a", limit=2, in_use=2, free=0, refusing=HoldReason.BUSY, refusing_since_ms=0)
+    other = Standing(name="b", limit=2, in_use=0, free=2)
+    session = Need(bound="a", patience_ms=GRACE)
+    assert route([busy, other], session, NOW) == Choice(upstream=None)  # busy is never down: it waits
+    down = Standing(name="a", limit=2, in_use=0, free=1, refusing=HoldReason.UNAVAILABLE, refusing_since_ms=NOW - 5)
+    assert route([down, other], session, NOW) == Choice(upstream="a")  # within the grace: its probe
+    late = Standing(name="a", limit=2, in_use=0, free=1, refusing=HoldReason.UNAVAILABLE, refusing_since_ms=NOW - GRACE)
+    assert route([late, other], session, NOW) == Choice(upstream="b", moved_from="a", reason="unavailable")
+    resubmit = Need(bound="a", patience_ms=0)  # an interrupted run's upstream: elsewhere as soon as it is down
+    assert route([down, other], resubmit, NOW) == Choice(upstream="b", moved_from="a", reason="unavailable")
+    assert route([down, other], Need(bound="gone"), NOW) == Choice(upstream="b", moved_from="gone", reason="removed")
+    lost = Standing(name="a", limit=2, in_use=0, free=0, lost=True)
+    assert route([lost, other], session, NOW) == Choice(upstream="b", moved_from="a", reason="lost")
+
+
+def test_share_is_exact() -> None:
+    assert Standing(name="a", limit=3, in_use=1, free=0).share == Fraction(1, 3)
