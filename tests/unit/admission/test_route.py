@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+import attrs
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -79,8 +80,10 @@ def test_a_job_bound_to_an_upstream_that_is_up_goes_there_or_waits(states: list[
     bound = waits_for_bound(states, need)
     if bound is not None:
         assert choice == Choice(upstream=bound.name if bound.free else None)
-    elif choice.upstream is not None:
-        assert choice.upstream != need.bound  # down past its patience (or gone): it moves, and says so
+    elif choice.upstream is not None and choice.upstream == need.bound:
+        # down past its patience with nowhere else to go: it takes its own upstream's probe, unmoved
+        assert all(s.free == 0 for s in states if s.name != need.bound) and choice.moved_from is None
+    elif choice.upstream is not None:  # down past its patience (or gone): it moves, and says so
         assert choice.moved_from == need.bound and (choice.reason is None) == (need.bound is None)
 
 
@@ -126,6 +129,18 @@ def test_a_session_waits_for_its_busy_upstream_and_moves_after_the_grace_of_it_b
     assert route([down, other], Need(bound="gone"), NOW) == Choice(upstream="b", moved_from="gone", reason="removed")
     lost = Standing(name="a", limit=2, in_use=0, free=0, lost=True)
     assert route([lost, other], session, NOW) == Choice(upstream="b", moved_from="a", reason="lost")
+
+
+def test_a_job_bound_to_a_down_upstream_with_nowhere_else_to_go_takes_its_probe() -> None:
+    # one Hermes, restarting: the interrupted run's resubmit is the only job waiting, and its create is the probe
+    # that finds Hermes back (else a lone down upstream would never be probed, and the job would wait for ever)
+    down = Standing(name="a", limit=2, in_use=0, free=1, refusing=HoldReason.UNAVAILABLE, refusing_since_ms=0)
+    assert route([down], Need(bound="a", patience_ms=0), NOW) == Choice(upstream="a")
+    assert route([down], Need(bound="a", patience_ms=GRACE), NOW) == Choice(upstream="a")
+    full = Standing(name="b", limit=1, in_use=1, free=0)
+    assert route([down, full], Need(bound="a"), NOW) == Choice(upstream="a")  # the other has no room either
+    paced = attrs.evolve(down, free=0)  # between probes: it waits
+    assert route([paced], Need(bound="a"), NOW) == Choice(upstream=None)
 
 
 def test_share_is_exact() -> None:
