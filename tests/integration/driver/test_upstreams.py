@@ -1,5 +1,5 @@
-"""Several Hermes deployments (SPEC S10) as the driver sees them: an accepted run records its upstream, and the job
-object shows it (null before an acceptance); a job whose run was accepted by a broker before S10 shows the first."""
+"""Several Hermes deployments (SPEC S10) as the driver sees them, on a single Redis and on a cluster: spread and
+caps, the attempt's upstream (job.accepted, stop, approval, resubmits), session affinity, a lost upstream."""
 
 from __future__ import annotations
 
@@ -15,8 +15,11 @@ from broker.http.appkeys import store_key
 from broker.simulator.app import create_app as create_simulator
 from broker.simulator.control import simulator_key
 from broker.simulator.state import Settings, Simulator
+from tests.conftest import BOTH_BACKENDS
 from tests.integration.conftest import ClientFactory
 from tests.integration.driver.conftest import create, eventually, job, settled
+
+pytestmark = BOTH_BACKENDS  # a single Redis and a local cluster: each upstream its own slot
 
 
 async def test_an_accepted_run_records_its_upstream_and_the_job_shows_it(
