@@ -4,7 +4,8 @@ An admission pass reserves slots on every upstream with room (each upstream's ow
 heads of the line in order and routes each with `route`, which spends one of those slots:
 - a job bound to an upstream (its session's, or the upstream of its interrupted run) goes there while that
   upstream is up, and waits while it is busy; once it has been down longer than the job's patience (the
-  affinity grace; none for a resubmit) the job goes elsewhere, and the choice says it moved;
+  affinity grace; none for a resubmit) the job goes elsewhere, and the choice says it moved (with no free slot
+  elsewhere it takes its own upstream's probe);
 - any other job goes to the upstream with the lowest share of its limit in use among those with a free slot,
   upstreams that refuse creates (their one probe) last, then in HERMES_URL order;
 - no upstream is given more jobs than it has free slots, and no job waits while an upstream it may use has one.
@@ -71,8 +72,8 @@ def route(standings: Sequence[Standing], need: Need, now_ms: int) -> Choice:
     if bound is not None and (not bound.down or bound.down_for(now_ms) < need.patience_ms):
         return Choice(upstream=bound.name if bound.free > 0 else None)  # up, or down within the job's patience
     best = _best([s for s in standings if s is not bound])
-    if best is None:
-        return Choice(upstream=None)
+    if best is None:  # nowhere else: its own upstream's probe, if it has one (a lone upstream, or all down)
+        return Choice(upstream=bound.name if bound is not None and bound.free > 0 else None)
     if need.bound is None:
         return Choice(upstream=best.name)
     return Choice(upstream=best.name, moved_from=need.bound, reason=_why(bound))  # down too long, or not listed
