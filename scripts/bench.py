@@ -16,6 +16,7 @@ min-max over alternating broker/baseline rounds, the baseline's (or the target),
   memory     Redis memory per queued and per finished job                     vs the targets
   admission  S4.1 against a simulator capped at 10: makespan, 429s, order     vs the ideal
   fairness   S4.2 capped at 10: a late key's makespan, utilisation, 3:1 shares, many keys   vs the ideal
+  upstreams  S10: three simulators capped at 4, 6, 10, one line: makespan, 429s, peaks   vs the ideal
   cluster    create c8/c64 and end to end (1, 2 replicas) on a 3+3 Redis Cluster vs on one redis-server 7
   tracing    create c64 and end to end (1 replica) exporting traces to a local OTLP sink vs tracing off
 """
@@ -38,7 +39,18 @@ from benchlib.figures import Row, as_json, markdown  # noqa: E402
 from benchlib.load import have_wrk  # noqa: E402
 from benchlib.procs import Services, Stack  # noqa: E402
 from benchlib.run import Plan  # noqa: E402
-from benchlib.scenarios import admission, cluster, create, e2e, fairness, fanout, memory, relay, tracing  # noqa: E402
+from benchlib.scenarios import (  # noqa: E402
+    admission,
+    cluster,
+    create,
+    e2e,
+    fairness,
+    fanout,
+    memory,
+    relay,
+    tracing,
+    upstreams,
+)
 
 Scenario = Callable[[Services, Plan], Awaitable[list[Row]]]
 SCENARIOS: dict[str, Scenario] = {
@@ -52,6 +64,7 @@ SCENARIOS: dict[str, Scenario] = {
     "fairness": fairness.run,
     "cluster": cluster.run,
     "tracing": tracing.run,
+    "upstreams": upstreams.run,
 }
 
 

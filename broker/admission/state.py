@@ -78,10 +78,26 @@ def shown_hold(view: JobView, line: LineState, now_ms: int) -> Hold | None:
     if view.status.terminal or view.accepted_attempt == view.attempt:
         return None
     since = view.hold.since_ms if view.hold is not None else view.updated_at_ms
+    if len(line.upstreams) > 1:
+        return _fleet_hold(line.upstreams, since, now_ms)
     if line.refusing is not None:
         return Hold(line.refusing, since, max(line.retry_at_ms, since), line.detail or None)
     if line.full:
         return Hold(HoldReason.BUSY, since, max(now_ms, since), capacity_detail(line.limit))
+    return None
+
+
+def _fleet_hold(upstreams: tuple[UpstreamFigures, ...], since: int, now_ms: int) -> Hold | None:
+    """With several upstreams (SPEC S10) a job waits while none of them can take it: every one refusing shows the
+    refusal whose probe comes first; every one full or refusing, busy with the upstreams' whole capacity."""
+    refusing = [u for u in upstreams if u.refusing is not None]
+    if len(refusing) == len(upstreams):
+        first = min(refusing, key=lambda u: u.retry_at_ms)
+        assert first.refusing is not None
+        return Hold(first.refusing, since, max(first.retry_at_ms, since), first.detail or None)
+    if all(u.full or u.refusing is not None for u in upstreams):
+        capacity = sum(u.limit for u in upstreams if u.refusing is None)
+        return Hold(HoldReason.BUSY, since, max(now_ms, since), capacity_detail(capacity))
     return None
 
 

@@ -1,6 +1,7 @@
-"""`python -m broker.demo [--once] [--port P]`: starts the embedded Redis, the Hermes simulator, two broker
-replicas and a board receiver, prints the console URL, plays a handful of jobs and prints their progress,
-then leaves everything up until Ctrl-C. `--once` exits after the jobs: 0 when each ended as expected."""
+"""`python -m broker.demo [--once] [--port P]`: starts the embedded Redis, two Hermes simulators (two upstreams,
+SPEC S10), two broker replicas and a board receiver, prints the console URL, plays a handful of jobs and prints
+their progress, then leaves everything up until Ctrl-C. `--once` exits after the jobs: 0 when each ended as
+expected."""
 
 from __future__ import annotations
 
@@ -55,27 +56,30 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def _demo(redis_url: str, work: Path, port: int, once: bool, say: processes.Say) -> int:
-    ports = {"hermes": processes.free_port(), "board": processes.free_port(), "replica 2": processes.free_port()}
-    hermes = f"http://127.0.0.1:{ports['hermes']}"
+    ports = {"board": processes.free_port(), "replica 2": processes.free_port()}
+    sims = [processes.free_port(), processes.free_port()]
+    upstreams = [f"http://127.0.0.1:{sim}" for sim in sims]
+    hermes = ",".join(upstreams)  # HERMES_URL: two upstreams
     board = f"http://127.0.0.1:{ports['board']}/board"
     replicas = [f"http://127.0.0.1:{port}", f"http://127.0.0.1:{ports['replica 2']}"]
     print(f"Console: {replicas[0]}/console   (logs under {work} while it runs)", flush=True)
     receiver = web.AppRunner(processes.receiver(say), access_log=None)
     await receiver.setup()
     await web.TCPSite(receiver, "127.0.0.1", ports["board"]).start()
-    children = [processes.simulator(ports["hermes"], work)]
+    children = [processes.simulator(sim, work, f"simulator-{n}") for n, sim in enumerate(sims, start=1)]
     try:
         for index, url in enumerate(replicas):
             children.append(
                 processes.broker(f"replica-{index + 1}", int(url.rsplit(":", 1)[1]), redis_url, hermes, board, work)
             )
         async with aiohttp.ClientSession() as session:
-            await processes.wait_until_up(session, children[0], f"{hermes}/health")
-            for child, url in zip(children[1:], replicas, strict=True):
+            for child, url in zip(children[: len(sims)], upstreams, strict=True):
+                await processes.wait_until_up(session, child, f"{url}/health")
+            for child, url in zip(children[len(sims) :], replicas, strict=True):
                 await processes.wait_until_up(session, child, f"{url}/healthz")
-            say(f"up      redis {redis_url}, hermes simulator {hermes}, replicas {', '.join(replicas)}")
+            say(f"up      redis {redis_url}, hermes simulators {', '.join(upstreams)}, replicas {', '.join(replicas)}")
             try:
-                ok = await asyncio.wait_for(Story(session, replicas, hermes, say).run(), STORY_TIMEOUT_S)
+                ok = await asyncio.wait_for(Story(session, replicas, upstreams, say).run(), STORY_TIMEOUT_S)
             except TimeoutError:
                 say("result  the jobs did not end in time")
                 ok = False

@@ -73,8 +73,8 @@ async def wait_until_up(session: aiohttp.ClientSession, child: Child, url: str) 
     raise RuntimeError(f"{child.name} did not start in time; see {child.log_path}")
 
 
-def simulator(port: int, log_dir: Path) -> Child:
-    return Child("simulator", "broker.simulator", ["--port", str(port)], dict(os.environ), log_dir)
+def simulator(port: int, log_dir: Path, name: str = "simulator") -> Child:
+    return Child(name, "broker.simulator", ["--port", str(port)], dict(os.environ), log_dir)
 
 
 def broker(name: str, port: int, redis_url: str, hermes_url: str, board_url: str, log_dir: Path) -> Child:

@@ -25,7 +25,11 @@ class Outcome:
 
 
 class Story:
-    def __init__(self, session: aiohttp.ClientSession, replicas: list[str], hermes: str, say: Callable[[str], None]):
+    def __init__(
+        self, session: aiohttp.ClientSession, replicas: list[str], hermes: list[str], say: Callable[[str], None]
+    ):
+        """`hermes`: the simulators' URLs (SPEC S10: the replicas spread the jobs over them); every fault the story
+        plays (busy, restart) is played on all of them."""
         self.session, self.replicas, self.hermes, self.say = session, replicas, hermes, say
         self.outcomes: list[Outcome] = []
         self._shown: dict[str, tuple[object, ...]] = {}  #: the last printed state of each job
@@ -42,12 +46,12 @@ class Story:
 
     async def held(self) -> None:
         await self._sim("settings", {"busy": True})
-        self.say("hermes  the simulator answers 429 busy to every create")
+        self.say("hermes  the simulators answer 429 busy to every create")
         job_id = await self._create(0, "Held while Hermes is busy", "tools:1")
         await self._until(job_id, lambda job: job["hold"] is not None)
         await asyncio.sleep(2)
         await self._sim("settings", {"busy": False})
-        self.say("hermes  the simulator accepts creates again")
+        self.say("hermes  the simulators accept creates again")
         await self._expect(job_id, "Held while Hermes is busy", "completed after a hold", "completed", saw="job.held")
 
     async def interrupted(self) -> None:
@@ -55,7 +59,7 @@ class Story:
         await self._until(job_id, lambda job: job["status"] == "running")
         await asyncio.sleep(1)
         await self._sim("restart", {})
-        self.say("hermes  the simulator restarted and forgot every run")
+        self.say("hermes  the simulators restarted and forgot every run")
         title = "Interrupted by a Hermes restart"
         await self._expect(job_id, title, "completed on attempt 2", "completed", saw="job.resubmitted", attempts=2)
 
@@ -128,5 +132,6 @@ class Story:
             return result
 
     async def _sim(self, action: str, body: dict[str, Any]) -> None:
-        async with self.session.post(f"{self.hermes}/_sim/{action}", data=orjson.dumps(body)) as answer:
-            answer.raise_for_status()
+        for hermes in self.hermes:
+            async with self.session.post(f"{hermes}/_sim/{action}", data=orjson.dumps(body)) as answer:
+                answer.raise_for_status()

@@ -289,6 +289,14 @@ def on_status(view: JobView, attempt: int, run: HermesRun | NotFound, now_ms: in
             return []
 
 
+def on_upstream_lost(view: JobView, attempt: int, now_ms: int, policy: Policy) -> list[JobEvent]:
+    """The attempt's upstream answered nothing for HERMES_UPSTREAM_LOST (SPEC S10): its run counts as interrupted,
+    and the job is resubmitted (attempt n+1, elsewhere)."""
+    if view.status.terminal or attempt != view.attempt or view.accepted_attempt != attempt:
+        return []
+    return _settle_lost(view, "upstream_lost", now_ms, policy)
+
+
 def _relay(view: JobView, attempt: int, run_id: str, item: HermesEvent, now_ms: int) -> list[JobEvent]:
     payload = orjson.dumps(item.payload).decode()
     recorded = HermesEventRecorded(

@@ -266,6 +266,8 @@ class Runner:
             snapshot = await self._settle(snapshot, action, run)
             if not snapshot.view.status.terminal and snapshot.view.attempt == action.attempt:
                 await self._sleep(self._deps.poll_interval_ms)
+        elif await self._deps.gate.store.lost(snapshot.view.upstream, self._deps.clock.now_ms()):
+            snapshot = await self._upstream_lost(snapshot, action)  # SPEC S10: resubmitted elsewhere
         else:  # Hermes is unreachable: poll again, backing off past the poll interval
             await self._back_off(
                 "Could not reach Hermes to poll a run; retrying with backoff.", action.hermes_run_id, run
@@ -324,6 +326,16 @@ class Runner:
 
     async def _reload(self) -> Snapshot:
         return await self._deps.writer.load(self.job_id)
+
+    async def _upstream_lost(self, snapshot: Snapshot, action: Follow) -> Snapshot:
+        """Its upstream has answered nothing for HERMES_UPSTREAM_LOST: the run counts as interrupted, and the
+        resubmit goes back to the line without the lost upstream's slot, so it is routed elsewhere (SPEC S10)."""
+        now, policy = self._deps.clock.now_ms(), self._deps.policy
+        snapshot = await self._commit(snapshot, lambda v: decide.on_upstream_lost(v, action.attempt, now, policy))
+        if self.has_slot:
+            await self._deps.gate.release(self.job_id, freed=False, upstream=self.slot_upstream)
+            self.has_slot = False
+        return snapshot
 
     async def _rerouted(self, snapshot: Snapshot, to: str, moved_from: str, reason: str) -> Snapshot:
         """Record that the job's session moved to `to` (SPEC S10 `job.rerouted`), before its create there."""

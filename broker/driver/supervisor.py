@@ -49,6 +49,7 @@ class Supervisor:
         self._concurrency = concurrency
         self._runners: dict[str, tuple[Runner, asyncio.Task[None]]] = {}
         self._lost: set[str] = set()
+        self._heard: dict[str, tuple[int, int]] = {}  #: per upstream: (answered, failed) ms last reported (SPEC S10)
         self._freed = asyncio.Event()
         self._line_bell = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
@@ -257,12 +258,27 @@ class Supervisor:
                     slots.setdefault(runner.slot_upstream, []).append(job_id)
             for upstream, ids in slots.items():
                 await self._deps.gate.hold(ids, now, renew_only=True, upstream=upstream)
+            await self._report_answers()
             driven = list(self._runners.items())
             held = await self._leases.renew_many([(job_id, runner.token) for job_id, (runner, _) in driven], now)
             for (job_id, (_, task)), renewed in zip(driven, held, strict=True):  # one round trip for all leases
                 if not renewed:
                     self._lost.add(job_id)
                     task.cancel()
+
+    async def _report_answers(self) -> None:
+        """Share when this replica's calls to each upstream last got an answer and last got none (SPEC S10: an
+        upstream silent past HERMES_UPSTREAM_LOST is lost); only what changed, only with several upstreams."""
+        fleet = self._deps.fleet
+        if fleet is None or len(fleet) < 2:
+            return
+        for upstream, client in fleet:
+            heard = (getattr(client, "answered_at_ms", 0), getattr(client, "failed_at_ms", 0))
+            last = self._heard.get(upstream.name, (0, 0))
+            if heard != last:
+                answered, failed = (now if now > before else 0 for now, before in zip(heard, last, strict=True))
+                await self._deps.gate.store.heard_from(upstream.name, answered_ms=answered, failed_ms=failed)
+                self._heard[upstream.name] = heard
 
     async def _nudge_loop(self) -> None:
         # A job that joined the line while this replica was not listening is seen by the pass this rings.

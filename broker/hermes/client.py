@@ -96,6 +96,8 @@ class AiohttpHermesClient:
         self._owns_session = session is None
         self._observe = observe
         self.last_answered: bool | None = None  #: did Hermes answer the last call (None: no call yet)
+        self.answered_at_ms = 0  #: when Hermes last answered anything (epoch ms; SPEC S10 lost upstreams)
+        self.failed_at_ms = 0  #: when a call last got no answer (epoch ms)
         self._log = get_logger(type(self))
         url = URL(self._base_url)
         self._server = (url.host or "", url.port or 0)
@@ -283,6 +285,10 @@ class AiohttpHermesClient:
         elapsed = time.monotonic() - started
         duration_ms = round(elapsed * 1000)
         self.last_answered = status is not None and status < 500
+        if status is not None:
+            self.answered_at_ms = int(time.time() * 1000)
+        else:
+            self.failed_at_ms = int(time.time() * 1000)
         if self._observe is not None:
             self._observe(method, _route(path), status, elapsed)
         self._log.debug(

@@ -42,10 +42,11 @@ from broker.store.affinity import Affinity
 from broker.store.grants import Acceptance, Grant, Grants, Refusal
 from broker.store.leases import new_token
 from broker.store.replies import ints_and_ids as _ints_and_ids
+from broker.store.replies import key_counts
 from broker.store.replies import scored as _scored
 from broker.store.replies import text as _text
 from broker.store.scripts import Scripts, run_many
-from broker.store.upstream_admission import UpstreamSlots, figures, grant_calls, need_of, reserved
+from broker.store.upstream_admission import UpstreamSlots, figures, grant_calls, is_lost, need_of, reserved
 from projections.job import JobView
 
 #: How often a pass reads every partition's line (else only those known to hold waiting jobs).
@@ -64,6 +65,7 @@ class Pacing:
     backoff_max_ms: int = 30_000
     quiet_ms: int = QUIET_MS
     affinity_grace_ms: int = 30_000  #: HERMES_AFFINITY_GRACE (SPEC S10)
+    upstream_lost_ms: int = 300_000  #: HERMES_UPSTREAM_LOST (SPEC S10)
 
     @classmethod
     def from_config(cls, config: Config) -> Pacing:
@@ -73,6 +75,7 @@ class Pacing:
             backoff_ms=config.runs_backoff_ms,
             backoff_max_ms=config.runs_backoff_max_ms,
             affinity_grace_ms=config.hermes_affinity_grace_ms,
+            upstream_lost_ms=config.hermes_upstream_lost_ms,
         )
 
 
@@ -114,7 +117,10 @@ class AdmissionStore:
             self._scripts.admission_admit,
             [(u.keys.reserving, [now_ms, most, p.slot_ttl_ms, u.pinned, INITIAL_LIMIT, token]) for u in self.upstreams],
         )
-        answers = [reserved(u, _ints_and_ids(reply)) for u, reply in zip(self.upstreams, replies, strict=True)]
+        answers = [
+            reserved(u, _ints_and_ids(reply), now_ms, p.upstream_lost_ms)
+            for u, reply in zip(self.upstreams, replies, strict=True)
+        ]
         wake = min((a.wake_at_ms for a in answers if a.wake_at_ms), default=0)
         self.virtual.learn(answers[0].virtual, now_ms)
         count = sum(len(a.reservations) for a in answers)
@@ -183,6 +189,18 @@ class AdmissionStore:
             ]
             await run_many(self._redis, self._scripts.admission_fair_clear, calls)
         return Grants(grants, wake or None)
+
+    async def heard_from(self, upstream: str, *, answered_ms: int, failed_ms: int) -> None:
+        """A replica's calls to the upstream last got an answer, and last got none, then (SPEC S10 lost upstreams)."""
+        for name, at in (("answered", answered_ms), ("failed", failed_ms)):
+            if at:
+                await self._redis.hset(self.upstream(upstream).keys.state, name, at)
+
+    async def lost(self, upstream: str | None, now_ms: int) -> bool:
+        """Have calls to the upstream got no answer, at any replica, for HERMES_UPSTREAM_LOST?"""
+        read = await self._redis.hmget(self.upstream(upstream).keys.state, ["answered", "failed"])
+        answered, failed = (None if at is None else _text(at) for at in read)
+        return is_lost(answered, failed, now_ms, self.pacing.upstream_lost_ms)
 
     def _park(self, job_id: str, upstream: str) -> None:
         if len(self._parked) >= MAX_PARKED:
@@ -348,7 +366,7 @@ class AdmissionStore:
             replies = await pipe.execute()
         n = 2 * len(self.upstreams)
         shares = [
-            figures(upstream, cast(dict[str, str], state), int(live))
+            figures(upstream, cast(dict[str, str], state), int(live), now_ms, self.pacing.upstream_lost_ms)
             for upstream, state, live in zip(self.upstreams, replies[:n:2], replies[1:n:2], strict=True)
         ]
         first, read = shares[0], replies[n:]
@@ -357,7 +375,7 @@ class AdmissionStore:
         ahead = sum(int(c[0]) for c in counts)
         by_priority = tuple(sum(int(c[1 + i]) for c in counts) for i in range(len(fair.PRIORITIES)))
         oldest = min((score for c in counts for _, score in _scored(c[-1])), default=None)
-        loads = fair.top_keys(entry for c in counts for entry in _key_counts(cast(dict[str, str], c[-2])))
+        loads = fair.top_keys(entry for c in counts for entry in key_counts(cast(dict[str, str], c[-2])))
         return LineState(
             limit=first.limit,
             learnt=first.learnt,
@@ -375,15 +393,6 @@ class AdmissionStore:
             keys=tuple(loads),
             upstreams=tuple(shares),
         )
-
-
-def _key_counts(counted: dict[str, str]) -> list[tuple[str, int, float]]:
-    """(key, waiting jobs, weight) from a partition's fair hash (`n:<key>`, `w:<key>`)."""
-    return [
-        (name[2:], int(value), float(counted.get(f"w:{name[2:]}") or 1.0))
-        for name, value in counted.items()
-        if name.startswith("n:")
-    ]
 
 
 async def read_virtual(redis: Redis) -> list[int]:

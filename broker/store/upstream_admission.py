@@ -31,7 +31,7 @@ def slots_of(upstreams: Sequence[Upstream]) -> tuple[UpstreamSlots, ...]:
     return tuple(UpstreamSlots(u.name, keys.admission(u.name, first=u.index == 0), u.max_concurrent) for u in upstreams)
 
 
-def figures(upstream: UpstreamSlots, state: dict[str, str], live: int) -> UpstreamFigures:
+def figures(upstream: UpstreamSlots, state: dict[str, str], live: int, now_ms: int, lost_ms: int) -> UpstreamFigures:
     """An upstream's figures from its state hash and its count of live slots."""
     refusing = state.get("refusing", "")
     return UpstreamFigures(
@@ -45,7 +45,15 @@ def figures(upstream: UpstreamSlots, state: dict[str, str], live: int) -> Upstre
         retry_at_ms=int(state.get("retry_at") or 0),
         probes=int(state.get("probes") or 0),
         refused=int(state.get("refused") or 0),
+        lost=is_lost(state.get("answered"), state.get("failed"), now_ms, lost_ms),
     )
+
+
+def is_lost(answered: str | None, failed: str | None, now_ms: int, lost_ms: int) -> bool:
+    """Calls to it get no answer, and none has for HERMES_UPSTREAM_LOST (at any replica). An idle upstream (no call
+    failed since its last answer) and one that never answered are not lost."""
+    last_answer, last_failure = int(answered or 0), int(failed or 0)
+    return last_answer > 0 and last_failure > last_answer and now_ms - last_answer >= lost_ms
 
 
 @frozen
@@ -59,18 +67,19 @@ class Reserved:
     reservations: list[str]
 
 
-def reserved(upstream: UpstreamSlots, reply: list[str]) -> Reserved:
-    """Parse `{wake_at, v1..v5, limit, in_use, refusing, since, reservation...}`."""
+def reserved(upstream: UpstreamSlots, reply: list[str], now_ms: int, lost_ms: int) -> Reserved:
+    """Parse `{wake_at, v1..v5, limit, in_use, refusing, since, answered, failed, reservation...}`."""
     refusing = reply[8]
     standing = Standing(
         name=upstream.name,
         limit=int(reply[6]),
         in_use=int(reply[7]),
-        free=len(reply) - 10,
+        free=len(reply) - 12,
         refusing=HoldReason(refusing) if refusing in _REASONS else None,
         refusing_since_ms=int(reply[9] or 0),
+        lost=is_lost(reply[10], reply[11], now_ms, lost_ms),
     )
-    return Reserved(upstream, int(reply[0]), [int(float(tag)) for tag in reply[1:6]], standing, reply[10:])
+    return Reserved(upstream, int(reply[0]), [int(float(tag)) for tag in reply[1:6]], standing, reply[12:])
 
 
 def need_of(view: JobView | None, first: str, affinities: Mapping[str, str], grace_ms: int) -> Need:

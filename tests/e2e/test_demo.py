@@ -28,7 +28,12 @@ def test_the_demo_plays_every_job_to_its_expected_end(tmp_path: Path) -> None:
     assert lines[0].startswith("Console: http://127.0.0.1:") and "/console" in lines[0]
     # the logs it names are there after it exits (with --logs they are kept)
     assert f"logs under {logs}" in lines[0] and lines[-1] == f"The logs are kept under {logs}."
-    assert {path.name for path in logs.glob("*.log")} >= {"replica-1.log", "replica-2.log"}
+    assert {path.name for path in logs.glob("*.log")} >= {
+        "replica-1.log",
+        "replica-2.log",
+        "simulator-1.log",
+        "simulator-2.log",
+    }
     results = [line for line in lines if "] result  " in line]
     assert len(results) == 5 and all(line.endswith("as expected") for line in results), results
     for story in ("held", "interrupted", "stop", "deny", "board   runs-job_"):

@@ -8,10 +8,12 @@
 --   (one slot: the upstream's, {adm} for the first of HERMES_URL, {adm:<name>} for the others, SPEC S10)
 -- ARGV[1] now (epoch ms)   ARGV[2] most slots the caller can use   ARGV[3] slot ttl ms (RUNS_LEASE)
 -- ARGV[4] pinned limit (0 = learnt)   ARGV[5] a learnt limit's start   ARGV[6] reservation token
--- Returns {wake_at, v1, .., v5, limit, in_use, refusing, since, reservation1, ...}; wake_at (0 = none) is when
--- the next probe may go while Hermes refuses; v1..v5 the virtual time of each priority (SPEC S4.2, kept by
+-- Returns {wake_at, v1, .., v5, limit, in_use, refusing, since, answered, failed, reservation1, ...}; wake_at (0:
+-- none) is
+-- when the next probe may go while Hermes refuses; v1..v5 the virtual time of each priority (SPEC S4.2, kept by
 -- admission_grant.lua in the first upstream's state), which the replica's creates use; limit, in_use (live slots
--- and reservations before this one's), refusing (the reason, '' = none) and since: what routing reads (SPEC S10).
+-- and reservations before this one's), refusing (the reason, '' = none), since, answered and failed (when a call of
+-- any replica last got an answer, and last got none; '' = never): what routing reads (SPEC S10).
 local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[3])
 for _, job in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)) do
   -- its holder stopped renewing (a dead replica): the slot comes back
@@ -19,14 +21,16 @@ for _, job in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)) do
   redis.call('HDEL', KEYS[3], job)
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
-local s = redis.call('HMGET', KEYS[1], 'limit', 'refusing', 'retry_at', 'v1', 'v2', 'v3', 'v4', 'v5', 'since')
+local s = redis.call('HMGET', KEYS[1], 'limit', 'refusing', 'retry_at', 'v1', 'v2', 'v3', 'v4', 'v5', 'since', 'answered',
+                        'failed')
 local limit = tonumber(ARGV[4])
 if limit == 0 then
   limit = tonumber(s[1] or ARGV[5])
 end
 local in_use = redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[4])
 local n = math.min(tonumber(ARGV[2]), limit - in_use)
-local reply = {0, s[4] or '0', s[5] or '0', s[6] or '0', s[7] or '0', s[8] or '0', limit, in_use, s[2] or '', s[9] or '0'}
+local reply = {0, s[4] or '0', s[5] or '0', s[6] or '0', s[7] or '0', s[8] or '0', limit, in_use, s[2] or '',
+               s[9] or '0', s[10] or '', s[11] or ''}
 local probe = false
 if s[2] and s[2] ~= '' then
   if now < tonumber(s[3] or '0') then
@@ -42,8 +46,8 @@ for i = 1, n do
   redis.call('ZADD', KEYS[4], now + ttl, reservation)
   reply[#reply + 1] = reservation
 end
-if probe and #reply > 10 then
+if probe and #reply > 12 then
   -- counted as a probe once a job is granted the reservation (admission_grant.lua)
-  redis.call('HSET', KEYS[1], 'probe', reply[11])
+  redis.call('HSET', KEYS[1], 'probe', reply[13])
 end
 return reply

@@ -1,21 +1,25 @@
-"""Several Hermes deployments (SPEC S10) as the driver sees them: an accepted run records its upstream, and the job
-object shows it (null before an acceptance); a job whose run was accepted by a broker before S10 shows the first."""
+"""Several Hermes deployments (SPEC S10) as the driver sees them, on a single Redis and on a cluster: spread and
+caps, the attempt's upstream (job.accepted, stop, approval, resubmits), session affinity, a lost upstream."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
-from broker.events import JobHeld, JobRerouted, RunAccepted
+from broker.events import JobHeld, JobRerouted, RunAccepted, RunInterrupted
 from broker.http.appkeys import store_key
 from broker.simulator.app import create_app as create_simulator
 from broker.simulator.control import simulator_key
 from broker.simulator.state import Settings, Simulator
+from tests.conftest import BOTH_BACKENDS
 from tests.integration.conftest import ClientFactory
 from tests.integration.driver.conftest import create, eventually, job, settled
+
+pytestmark = BOTH_BACKENDS  # a single Redis and a local cluster: each upstream its own slot
 
 
 async def test_an_accepted_run_records_its_upstream_and_the_job_shows_it(
@@ -210,3 +214,36 @@ async def test_a_session_moves_after_the_grace_of_its_upstream_being_down_with_a
     sim.settings.draining = False
     third = await settled(replica, (await create(replica, {"input": "three", "session_id": "s-2"}))["run_id"])
     assert third["upstream"] == second
+
+
+async def test_a_lost_upstreams_run_is_resubmitted_elsewhere_only_after_it_was_silent_for_the_lost_time(
+    make_replica: ClientFactory, hermes_server: TestServer, second_hermes: TestServer, sim: Simulator
+) -> None:
+    # Given a job running on the second upstream (the first full with a short blocker), lost after 1.5 s of silence
+    replica = await make_replica(
+        hermes_url=f"{url_of(hermes_server)},{url_of(second_hermes)}",
+        hermes_max_concurrent=(1, 4),
+        hermes_upstream_lost_ms=1_500,
+    )
+    first = url_of(hermes_server).removeprefix("http://")
+    blocker = await create(replica, {"input": "block sleep:0.5"})
+    await eventually(lambda: _running(replica, blocker["run_id"]))
+    created = await create(replica, {"input": "long sleep:3"})
+    running = await eventually(lambda: _running(replica, created["run_id"]))
+    assert running["upstream"] != first
+    # When the second upstream goes silent (it drops every connection, its run's stream too, and answers nothing)
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{url_of(second_hermes)}/_sim/refuse", json={"seconds": 120}) as answer:
+            assert answer.status == 200
+    gone_ms = int(time.time() * 1000)
+    # Then the run is polled, and only once the upstream was silent for the lost time is it resubmitted (attempt 2)
+    # to the first, where it completes: no second run while the first one may have been live
+    done = await settled(replica, created["run_id"], timeout=60)
+    assert done["status"] == "completed" and done["attempts"] == 2 and done["upstream"] == first
+    events = await replica.app[store_key].read(created["run_id"])  # type: ignore[index]
+    interrupted = [e for _, e in events if isinstance(e, RunInterrupted)]
+    assert [e.reason for e in interrupted] == ["upstream_lost"]
+    assert interrupted[0].at_ms - gone_ms >= 1_500 - 100
+    assert creates(sim).count(f"{created['run_id']}#2") == 1
+    admission = (await (await replica.get("/readyz")).json())["admission"]["upstreams"]
+    assert [u["lost"] for u in admission] == [False, True]

@@ -69,7 +69,7 @@ def test_no_job_waits_while_an_upstream_it_may_use_has_a_free_slot(states: list[
             if bound is not None:
                 assert bound.free == 0  # it waits only for its own upstream, busy
             else:
-                assert all(s.free == 0 for s in current if s.name != need.bound)
+                assert all(s.free == 0 for s in current)  # its own upstream's probe included
         else:
             current = take(current, choice.upstream)
 
@@ -127,6 +127,9 @@ def test_a_session_waits_for_its_busy_upstream_and_moves_after_the_grace_of_it_b
     resubmit = Need(bound="a", patience_ms=0)  # an interrupted run's upstream: elsewhere as soon as it is down
     assert route([down, other], resubmit, NOW) == Choice(upstream="b", moved_from="a", reason="unavailable")
     assert route([down, other], Need(bound="gone"), NOW) == Choice(upstream="b", moved_from="gone", reason="removed")
+    alone = Choice(upstream="a")  # nowhere else to go: its own upstream's probe, not moved
+    assert route([down], resubmit, NOW) == alone and route([late], session, NOW) == alone
+    assert route([down, Standing(name="b", limit=2, in_use=2, free=0)], resubmit, NOW) == alone
     lost = Standing(name="a", limit=2, in_use=0, free=0, lost=True)
     assert route([lost, other], session, NOW) == Choice(upstream="b", moved_from="a", reason="lost")
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from broker.admission import fair
-from broker.admission.state import LineState, line_place, shown_hold
+from broker.admission.state import LineState, UpstreamFigures, line_place, shown_hold
 from broker.events import HoldReason, JobCreated, JobHeld, RunAccepted, RunInterrupted, RunResubmitted
 from projections.job import Hold, JobView, fold
 
@@ -58,3 +58,22 @@ def test_a_resubmit_is_placed_ahead_of_every_first_attempt() -> None:
     assert first == str(fair.front(3))  # a lost place of a first attempt: the front of its priority's band
     assert float(line_place(resubmitted)) == T0  # created ms, below every band and every legacy place (ms * 1000)
     assert float(line_place(resubmitted)) < T0 * 1000 < fair.BASE
+
+
+def test_with_several_upstreams_a_job_is_held_only_while_none_of_them_can_take_it() -> None:
+    # SPEC S10: the first upstream refusing, the second with room: no hold (the line moves to the second)
+    first = UpstreamFigures(name="a", limit=4, learnt=True, live=0, refusing=HoldReason.UNAVAILABLE, retry_at_ms=T0)
+    roomy = UpstreamFigures(name="b", limit=6, learnt=True, live=2)
+    full = UpstreamFigures(name="b", limit=6, learnt=True, live=6)
+    draining = UpstreamFigures(
+        name="b", limit=6, learnt=True, live=0, refusing=HoldReason.DRAINING, detail="Draining.", retry_at_ms=T0 - 5
+    )
+    assert shown_hold(view(), line(upstreams=(first, roomy)), T0 + 1) is None
+    # every one full or refusing: busy, with the capacity of those that take creates
+    assert shown_hold(view(), line(upstreams=(first, full)), T0 + 1) == Hold(
+        HoldReason.BUSY, T0, T0 + 1, "Hermes is at capacity (6 live runs)."
+    )
+    # every one refusing: the refusal whose probe comes first, in its own words
+    assert shown_hold(view(), line(upstreams=(first, draining)), T0 + 1) == Hold(
+        HoldReason.DRAINING, T0, T0, "Draining."
+    )
