@@ -9,10 +9,12 @@ import signal
 import socket
 import subprocess
 import sys
+import tarfile
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from io import BytesIO
 from pathlib import Path
 from typing import Any, cast
 
@@ -100,6 +102,19 @@ class BrokerProcess:
 
 
 BrokerFactory = Callable[..., BrokerProcess]
+
+
+def older_broker(commit: str, target: Path) -> Path:
+    """`broker/` and `projections/` of an earlier commit, extracted into `target`: an older replica to run beside
+    this one (`start_broker(cwd=...)`) in the rolling-upgrade tests."""
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", commit, "broker", "projections"], cwd=ROOT, capture_output=True, check=False
+    )
+    if archive.returncode != 0:
+        pytest.fail(f"cannot check out {commit} (needs the git history): {archive.stderr.decode()}")
+    with tarfile.open(fileobj=BytesIO(archive.stdout)) as tar:
+        tar.extractall(target, filter="data")
+    return target
 
 
 @pytest.fixture

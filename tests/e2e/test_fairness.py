@@ -3,15 +3,12 @@ the same store (a rolling upgrade), and a replica SIGKILLed in the middle of two
 
 from __future__ import annotations
 
-import subprocess
-import tarfile
-from io import BytesIO
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import ROOT, BrokerFactory, BrokerProcess, SimulatorProcess, Store, until
+from tests.e2e.conftest import BrokerFactory, BrokerProcess, SimulatorProcess, Store, older_broker, until
 from tests.e2e.test_takeover import FAST, create_jobs, statuses
 
 #: main before S4.2: first attempts placed at created ms * 1000, JobCreated without scheduling, no counts.
@@ -20,18 +17,7 @@ MAIN_BEFORE_FAIRNESS = "ff28a16"
 
 @pytest.fixture(scope="module")
 def old_broker(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    archive = subprocess.run(
-        ["git", "archive", "--format=tar", MAIN_BEFORE_FAIRNESS, "broker", "projections"],
-        cwd=ROOT,
-        capture_output=True,
-        check=False,
-    )
-    if archive.returncode != 0:
-        pytest.fail(f"cannot check out {MAIN_BEFORE_FAIRNESS} (needs the git history): {archive.stderr.decode()}")
-    target = tmp_path_factory.mktemp("before-fairness")
-    with tarfile.open(fileobj=BytesIO(archive.stdout)) as tar:
-        tar.extractall(target, filter="data")
-    return target
+    return older_broker(MAIN_BEFORE_FAIRNESS, tmp_path_factory.mktemp("before-fairness"))
 
 
 def submit(broker: BrokerProcess, text: str, **scheduling: Any) -> str:

@@ -7,8 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tarfile
-from io import BytesIO
 from pathlib import Path
 
 import pytest
@@ -17,7 +15,7 @@ import redis
 from broker.config import _VARIABLES
 from broker.store import keys
 from tests.conftest import RedisServer
-from tests.e2e.conftest import ROOT, BrokerFactory, SimulatorProcess, until
+from tests.e2e.conftest import ROOT, BrokerFactory, SimulatorProcess, older_broker, until
 from tests.e2e.test_takeover import create_jobs, statuses
 
 #: Commits of main with the layout before partitions (`hbr:{J}:*`, `hbr:work`, `hbr:due`, ...): the one this
@@ -30,18 +28,7 @@ FAST = {"RUNS_POLL_INTERVAL": "200", "RUNS_BACKOFF": "50", "RUNS_BACKOFF_MAX": "
 def old_broker(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Main before partitions, checked out (broker/ and projections/ only) into a temp dir."""
     commit = str(request.param)
-    archive = subprocess.run(
-        ["git", "archive", "--format=tar", commit, "broker", "projections"],
-        cwd=ROOT,
-        capture_output=True,
-        check=False,
-    )
-    if archive.returncode != 0:
-        pytest.fail(f"cannot check out {commit} (needs the git history): {archive.stderr.decode()}")
-    target = tmp_path_factory.mktemp(f"layout-1-{commit}")
-    with tarfile.open(fileobj=BytesIO(archive.stdout)) as tar:
-        tar.extractall(target, filter="data")
-    return target
+    return older_broker(commit, tmp_path_factory.mktemp(f"layout-1-{commit}"))
 
 
 def _env(redis_url: str, **variables: str) -> dict[str, str]:

@@ -5,17 +5,14 @@ beside a new one (a rolling upgrade) shares one admission limit with it. Both ba
 from __future__ import annotations
 
 import json
-import subprocess
-import tarfile
 import urllib.request
 from collections.abc import Iterator
-from io import BytesIO
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import free_port
-from tests.e2e.conftest import ROOT, BrokerFactory, SimulatorProcess, Store, until
+from tests.e2e.conftest import BrokerFactory, SimulatorProcess, Store, older_broker, until
 from tests.e2e.test_takeover import FAST, create_jobs, statuses
 
 #: main before S10 (the fair line, packed events and tracing merged): one Hermes, admission in `{adm}`.
@@ -24,18 +21,7 @@ MAIN_BEFORE_UPSTREAMS = "5b24291"
 
 @pytest.fixture(scope="module")
 def old_broker(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    archive = subprocess.run(
-        ["git", "archive", "--format=tar", MAIN_BEFORE_UPSTREAMS, "broker", "projections"],
-        cwd=ROOT,
-        capture_output=True,
-        check=False,
-    )
-    if archive.returncode != 0:
-        pytest.fail(f"cannot check out {MAIN_BEFORE_UPSTREAMS} (needs the git history): {archive.stderr.decode()}")
-    target = tmp_path_factory.mktemp("before-upstreams")
-    with tarfile.open(fileobj=BytesIO(archive.stdout)) as tar:
-        tar.extractall(target, filter="data")
-    return target
+    return older_broker(MAIN_BEFORE_UPSTREAMS, tmp_path_factory.mktemp("before-upstreams"))
 
 
 def stats(sim: SimulatorProcess) -> dict[str, object]:
