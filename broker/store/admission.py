@@ -1,4 +1,5 @@
-"""The admission line and slots in Redis (SPEC S4.1): grant, accept, refuse, release, renew, read.
+"""The admission line and slots in Redis (SPEC S4.1): grant, accept, refuse, release, renew (the figures observers
+read: broker/store/line_state.py).
 
 The slots and the limit are one cluster-wide set in the `{adm}` slot (Hermes is one resource); the line is
 per partition (`hbr:{pN}:line`, entered and left by the job write). A pass (`admit`) is four round trips
@@ -36,17 +37,17 @@ from broker.admission.route import route, take
 from broker.admission.state import INITIAL_LIMIT, QUIET_MS, LineState
 from broker.codec import decode_view
 from broker.config import Config
-from broker.events import HoldReason, JobStatus
+from broker.events import HoldReason
 from broker.store import keys
 from broker.store.affinity import Affinity
 from broker.store.grants import Acceptance, Grant, Grants, Refusal
 from broker.store.leases import new_token
+from broker.store.line_state import read_line_state
 from broker.store.replies import ints_and_ids as _ints_and_ids
-from broker.store.replies import key_counts
 from broker.store.replies import scored as _scored
 from broker.store.replies import text as _text
 from broker.store.scripts import Scripts, run_many
-from broker.store.upstream_admission import UpstreamSlots, figures, grant_calls, is_lost, need_of, reserved
+from broker.store.upstream_admission import UpstreamSlots, grant_calls, is_lost, need_of, reserved
 from projections.job import JobView
 
 #: How often a pass reads every partition's line (else only those known to hold waiting jobs).
@@ -345,57 +346,5 @@ class AdmissionStore:
         )
 
     async def state(self, now_ms: int, *, lines: bool = True) -> LineState:
-        """The shared figures; without `lines` the 64 lines are not read (`waiting` 0, `oldest_wait_ms`
-        None): what a waiting job's hold needs is the limit, the live runs and the refusal. With them: the waiting
-        jobs per priority band, the fairness keys with most waiting jobs, and the oldest queued job's age (the
-        listing's queued index: a line's score is no time any more, SPEC S4.2), in one pipeline."""
-        bands = [
-            (fair.front(p), f"({fair.front(p + 1)}" if p < fair.PRIORITIES[-1] else "+inf") for p in fair.PRIORITIES
-        ]
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for upstream in self.upstreams:  # one slot each (SPEC S10)
-                pipe.hgetall(upstream.keys.state)
-                pipe.zcount(upstream.keys.live, f"({now_ms}", "+inf")
-            for partition in keys.partitions() if lines else ():
-                line = keys.line(partition)
-                pipe.zcount(line, "-inf", f"({fair.BASE}")  # ahead of the bands
-                for low, high in bands:
-                    pipe.zcount(line, low, high)
-                pipe.hgetall(keys.fair(partition))
-                pipe.execute_command("ZRANGE", keys.runs_index(partition, JobStatus.QUEUED.value), 0, 0, "WITHSCORES")
-            replies = await pipe.execute()
-        n = 2 * len(self.upstreams)
-        shares = [
-            figures(upstream, cast(dict[str, str], state), int(live), now_ms, self.pacing.upstream_lost_ms)
-            for upstream, state, live in zip(self.upstreams, replies[:n:2], replies[1:n:2], strict=True)
-        ]
-        first, read = shares[0], replies[n:]
-        per = 3 + len(fair.PRIORITIES)
-        counts = [read[i : i + per] for i in range(0, len(read), per)]
-        ahead = sum(int(c[0]) for c in counts)
-        by_priority = tuple(sum(int(c[1 + i]) for c in counts) for i in range(len(fair.PRIORITIES)))
-        oldest = min((score for c in counts for _, score in _scored(c[-1])), default=None)
-        loads = fair.top_keys(entry for c in counts for entry in key_counts(cast(dict[str, str], c[-2])))
-        return LineState(
-            limit=first.limit,
-            learnt=first.learnt,
-            live=first.live,
-            waiting=ahead + sum(by_priority),
-            oldest_wait_ms=None if oldest is None else max(0, now_ms - int(oldest)),
-            refusing=first.refusing,
-            detail=first.detail,
-            since_ms=first.since_ms,
-            retry_at_ms=first.retry_at_ms,
-            probes=first.probes,
-            refused=first.refused,
-            by_priority=by_priority,
-            ahead=ahead,
-            keys=tuple(loads),
-            upstreams=tuple(shares),
-        )
-
-
-async def read_virtual(redis: Redis) -> list[int]:
-    """The virtual time of each priority (SPEC S4.2) as the admission state keeps it."""
-    values = await redis.hmget(keys.ADMISSION_STATE, [f"v{priority}" for priority in fair.PRIORITIES])
-    return [int(float(value or 0)) for value in values]
+        """The shared figures (broker/store/line_state.py); without `lines` the 64 lines are not read."""
+        return await read_line_state(self._redis, self.upstreams, now_ms, self.pacing.upstream_lost_ms, lines=lines)

@@ -16,10 +16,10 @@ from broker.codec import decode, decode_board, decode_view, encode, encode_board
 from broker.errors import JobNotFound, LeaseLost, StreamConflict
 from broker.events import HermesEventRecorded, JobCreated, JobEvent, JobStatus, RunAccepted
 from broker.store import keys, signals
-from broker.store.admission import read_virtual
 from broker.store.connection import is_cluster
 from broker.store.durability import Durability
 from broker.store.entries import Entries, EventFormat
+from broker.store.line_state import read_virtual
 from broker.store.outage import REDIS_FAILURES
 from broker.store.scripts import Scripts, as_strings, ring_work
 from projections.board import BoardState
