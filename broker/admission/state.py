@@ -9,6 +9,7 @@ from __future__ import annotations
 from attrs import frozen
 
 from broker.admission import fair
+from broker.admission.route import Need
 from broker.events import HoldReason
 from projections.job import Hold, JobView
 
@@ -65,25 +66,51 @@ class LineState:
         return self.live >= self.limit
 
 
-def capacity_detail(limit: int) -> str:
-    return f"Hermes is at capacity ({limit} live runs)."
+def capacity_detail(limit: int, upstream: str | None = None) -> str:
+    where = f"Hermes {upstream}" if upstream else "Hermes"
+    return f"{where} is at capacity ({limit} live run{'' if limit == 1 else 's'})."
 
 
-def shown_hold(view: JobView, line: LineState, now_ms: int) -> Hold | None:
+def shown_hold(view: JobView, line: LineState, now_ms: int, need: Need | None = None) -> Hold | None:
     """The `hold` a waiting job shows (SPEC S3.2): the line's refusal or its full limit, with the job's own `since`.
 
     A job in the line writes nothing while it waits; what it shows is derived from the line, so a
-    thousand held jobs cost no write per backoff period.
+    thousand held jobs cost no write per backoff period. With several upstreams (SPEC S10) a job bound to one
+    (`need`: its session's, or its interrupted run's) shows that upstream's hold while it waits for it.
     """
     if view.status.terminal or view.accepted_attempt == view.attempt:
         return None
     since = view.hold.since_ms if view.hold is not None else view.updated_at_ms
     if len(line.upstreams) > 1:
+        bound = _waited_for(line.upstreams, need, now_ms)
+        if bound is not None:
+            return _upstream_hold(bound, since, now_ms)
         return _fleet_hold(line.upstreams, since, now_ms)
     if line.refusing is not None:
         return Hold(line.refusing, since, max(line.retry_at_ms, since), line.detail or None)
     if line.full:
         return Hold(HoldReason.BUSY, since, max(now_ms, since), capacity_detail(line.limit))
+    return None
+
+
+def _waited_for(upstreams: tuple[UpstreamFigures, ...], need: Need | None, now_ms: int) -> UpstreamFigures | None:
+    """The upstream a bound job waits for (as `route` decides): its own while busy, or down within its patience."""
+    if need is None or need.bound is None:
+        return None
+    bound = next((u for u in upstreams if u.name == need.bound), None)
+    if bound is None or bound.lost:
+        return None
+    down = bound.refusing is not None and bound.refusing is not HoldReason.BUSY
+    if down and now_ms - bound.since_ms >= need.patience_ms:
+        return None  # it goes elsewhere (or, with nowhere else, takes the probe the fleet's hold shows)
+    return bound
+
+
+def _upstream_hold(upstream: UpstreamFigures, since: int, now_ms: int) -> Hold | None:
+    if upstream.refusing is not None:
+        return Hold(upstream.refusing, since, max(upstream.retry_at_ms, since), upstream.detail or None)
+    if upstream.full:
+        return Hold(HoldReason.BUSY, since, max(now_ms, since), capacity_detail(upstream.limit, upstream.name))
     return None
 
 

@@ -111,7 +111,12 @@ class JobService:
             return list(views)
         now = self._clock.now_ms()
         line = await self._admission.state(now, lines=False)
-        return [evolve(view, hold=shown_hold(view, line, now)) if _waiting(view) else view for view in views]
+        waiting = [view for view in views if _waiting(view)]
+        needs = dict(zip((view.job_id for view in waiting), await self._admission.needs(waiting), strict=True))
+        return [
+            evolve(view, hold=shown_hold(view, line, now, needs[view.job_id])) if view.job_id in needs else view
+            for view in views
+        ]
 
     async def stop(self, job_id: str, *, caller: str | None = None) -> JobView:
         """Record the stop first; a job with no live Hermes run is cancelled at once, others by their owner.

@@ -33,7 +33,7 @@ from attrs import frozen
 from redis.asyncio import Redis
 
 from broker.admission import fair
-from broker.admission.route import route, take
+from broker.admission.route import Need, route, take
 from broker.admission.state import INITIAL_LIMIT, QUIET_MS, LineState
 from broker.codec import decode_view
 from broker.config import Config
@@ -344,6 +344,16 @@ class AdmissionStore:
         await self._scripts.admission_enter(
             keys=[keys.line(partition), keys.view(job_id), keys.fair(partition)], args=[job_id, place]
         )
+
+    async def needs(self, views: Sequence[JobView]) -> list[Need]:
+        """What routing needs of each waiting job (SPEC S10), as a pass would see it: the upstream it is bound to.
+        One pipeline for the sessions' affinities; nothing is read with one upstream."""
+        if len(self.upstreams) < 2:
+            return [Need() for _ in views]
+        sessions = [view.session_id for view in views if view.attempt == 1 and view.session_id]
+        affinities = await self._affinity.of(sessions) if self._affinity is not None and sessions else {}
+        first, grace = self.upstreams[0].name, self.pacing.affinity_grace_ms
+        return [need_of(view, first, affinities, grace) for view in views]
 
     async def state(self, now_ms: int, *, lines: bool = True) -> LineState:
         """The shared figures (broker/store/line_state.py); without `lines` the 64 lines are not read."""

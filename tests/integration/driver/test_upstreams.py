@@ -183,7 +183,11 @@ async def test_a_session_keeps_its_upstream_and_waits_for_it_while_it_is_busy(
     loose = await create(replica, {"input": "no session"})
     # Then the job of no session goes to the second at once, while the session's turn waits for the first
     assert (await settled(replica, loose["run_id"]))["upstream"] == second
-    assert (await job(replica, turn["run_id"]))["status"] == "queued"
+    waiting = await job(replica, turn["run_id"])
+    assert waiting["status"] == "queued"
+    # and its hold says which upstream it waits for, and why (SPEC S3.2: never null while it waits for Hermes)
+    assert waiting["hold"] is not None and waiting["hold"]["reason"] == "busy"
+    assert waiting["hold"]["detail"] == f"Hermes {first} is at capacity (1 live run)."
     done = await settled(replica, turn["run_id"], timeout=20)
     assert done["upstream"] == first and done["status"] == "completed"
     assert turn["run_id"] not in creates(other)

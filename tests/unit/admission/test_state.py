@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from broker.admission import fair
+from broker.admission.route import Need
 from broker.admission.state import LineState, UpstreamFigures, line_place, shown_hold
 from broker.events import HoldReason, JobCreated, JobHeld, RunAccepted, RunInterrupted, RunResubmitted
 from projections.job import Hold, JobView, fold
@@ -77,3 +78,35 @@ def test_with_several_upstreams_a_job_is_held_only_while_none_of_them_can_take_i
     assert shown_hold(view(), line(upstreams=(first, draining)), T0 + 1) == Hold(
         HoldReason.DRAINING, T0, T0, "Draining."
     )
+
+
+def test_a_job_bound_to_a_busy_upstream_shows_that_upstreams_hold_while_others_have_room() -> None:
+    # SPEC S10 + S3.2: a session's job waits for its session's upstream while it is busy; the hold says so
+    busy = UpstreamFigures(name="a", limit=4, learnt=True, live=4)
+    roomy = UpstreamFigures(name="b", limit=6, learnt=True, live=0)
+    session = Need(bound="a", patience_ms=30_000)
+    assert shown_hold(view(), line(upstreams=(busy, roomy)), T0 + 1, session) == Hold(
+        HoldReason.BUSY, T0, T0 + 1, "Hermes a is at capacity (4 live runs)."
+    )
+    refused = UpstreamFigures(name="a", limit=4, learnt=False, live=4, refusing=HoldReason.BUSY, detail="Too many",
+                              since_ms=T0, retry_at_ms=T0 + 2_000)  # fmt: skip
+    assert shown_hold(view(), line(upstreams=(refused, roomy)), T0 + 1, session) == Hold(
+        HoldReason.BUSY, T0, T0 + 2_000, "Too many"
+    )
+    # unbound, or bound to the one with room: no hold
+    assert shown_hold(view(), line(upstreams=(busy, roomy)), T0 + 1, Need()) is None
+    assert shown_hold(view(), line(upstreams=(busy, roomy)), T0 + 1, Need(bound="b")) is None
+
+
+def test_a_bound_job_shows_its_down_upstream_only_within_its_patience() -> None:
+    down = UpstreamFigures(name="a", limit=4, learnt=True, live=0, refusing=HoldReason.UNAVAILABLE,
+                           detail="Hermes refused the connection.", since_ms=T0, retry_at_ms=T0 + 1_000)  # fmt: skip
+    roomy = UpstreamFigures(name="b", limit=6, learnt=True, live=0)
+    session = Need(bound="a", patience_ms=30_000)
+    within = shown_hold(view(), line(upstreams=(down, roomy)), T0 + 10_000, session)
+    assert within is not None and within.reason is HoldReason.UNAVAILABLE
+    # past the grace (or a resubmit, patience 0, or a lost upstream) it goes elsewhere: no hold while b has room
+    assert shown_hold(view(), line(upstreams=(down, roomy)), T0 + 30_000, session) is None
+    assert shown_hold(view(), line(upstreams=(down, roomy)), T0 + 1, Need(bound="a")) is None
+    lost = UpstreamFigures(name="a", limit=4, learnt=True, live=4, lost=True)
+    assert shown_hold(view(), line(upstreams=(lost, roomy)), T0 + 1, session) is None
