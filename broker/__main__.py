@@ -1,4 +1,4 @@
-"""Composition root: config -> logging -> embedded Redis if needed -> app -> serve until SIGTERM -> drain."""
+"""Entry point: config -> logging -> embedded Redis if needed -> app -> serve until SIGTERM -> drain."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from aiohttp import web
 
 from broker import logging as broker_logging
 from broker import tracing
+from broker.app import create_app, drain
 from broker.config import Config
 from broker.errors import CannotListen, ConfigError, LegacyLayout
-from broker.http.app import create_app, drain
 from broker.http.appkeys import inflight_key
 from broker.logging import get_logger
 from broker.store.embedded import EmbeddedRedis

@@ -16,11 +16,11 @@ from attrs import evolve
 from broker import tracing
 from broker.clock import Clock
 from broker.driver import decide
-from broker.driver.decide import Policy
 from broker.events import JobEvent, JobFinished, RunResubmitted
 from broker.hermes.client import HermesClient
 from broker.hermes.fleet import ClientOf
 from broker.hermes.models import HermesRun, NotFound
+from broker.jobs.policy import Policy
 from broker.jobs.writer import Writer
 from broker.logging import get_logger
 from broker.store.board import BoardStore

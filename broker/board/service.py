@@ -21,9 +21,9 @@ from broker.board.repair import Repairer
 from broker.board.sender import Sender
 from broker.clock import Clock
 from broker.config import Config
-from broker.driver.decide import Policy
 from broker.hermes.client import HermesClient
 from broker.hermes.fleet import ClientOf
+from broker.jobs.policy import Policy
 from broker.jobs.writer import Writer
 from broker.logging import get_logger
 from broker.metrics import Metrics

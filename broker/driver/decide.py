@@ -12,7 +12,6 @@ import orjson
 from attrs import frozen
 
 from broker.admission.state import line_place
-from broker.config import Config
 from broker.events import (
     ApprovalDenied,
     DeltasDropped,
@@ -41,29 +40,9 @@ from broker.hermes.models import (
     Unavailable,
 )
 from broker.ids import upstream_key
+from broker.jobs.policy import Policy
 from broker.jobs.rules import cancelled, finished
 from projections.job import JobView, apply
-
-
-@frozen(kw_only=True)
-class Policy:
-    """The S2 numbers the rules depend on (milliseconds)."""
-
-    hold_ms: int = 2_400_000
-    resubmit: int = 3
-    backoff_ms: int = 1_000
-    backoff_max_ms: int = 30_000
-    events_maxlen: int = 100_000
-
-    @classmethod
-    def from_config(cls, config: Config) -> Policy:
-        return cls(
-            hold_ms=config.runs_hold_ms,
-            resubmit=config.runs_resubmit,
-            backoff_ms=config.runs_backoff_ms,
-            backoff_max_ms=config.runs_backoff_max_ms,
-            events_maxlen=config.runs_events_maxlen,
-        )
 
 
 @frozen

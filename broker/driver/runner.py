@@ -18,13 +18,14 @@ from broker import tracing
 from broker.admission.state import line_place
 from broker.clock import Clock
 from broker.driver import decide
-from broker.driver.decide import Append, Done, Follow, Policy, Queue, StopRun, Submit
+from broker.driver.decide import Append, Done, Follow, Queue, StopRun, Submit
 from broker.driver.gate import Gate
 from broker.driver.pump import Pump
 from broker.events import JobCreated, JobEvent, JobRerouted
 from broker.hermes.client import HermesClient
 from broker.hermes.fleet import Fleet
 from broker.hermes.models import Accepted, HermesRun, NotFound
+from broker.jobs.policy import Policy
 from broker.jobs.writer import Writer
 from broker.logging import get_logger
 from broker.metrics import Metrics

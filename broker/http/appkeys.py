@@ -7,28 +7,22 @@ import asyncio
 from aiohttp import web
 from redis.asyncio import Redis
 
-from broker.board.service import BoardService
 from broker.clock import Clock
 from broker.config import Config
-from broker.driver.supervisor import Supervisor
 from broker.hermes.client import HermesClient
 from broker.hermes.fleet import Fleet
 from broker.jobs.service import JobService
-from broker.jobs.writer import Writer
 from broker.metrics import Metrics
 from broker.store.admission import AdmissionStore
 from broker.store.jobs import JobStore
 
 admission_key = web.AppKey("admission", AdmissionStore)
-board_key = web.AppKey("board", BoardService)
 config_key = web.AppKey("config", Config)
 clock_key = web.AppKey("clock", Clock)
 metrics_key = web.AppKey("metrics", Metrics)
 redis_key = web.AppKey("redis", Redis)
 service_key = web.AppKey("service", JobService)
 store_key = web.AppKey("store", JobStore)
-supervisor_key = web.AppKey("supervisor", Supervisor)
-writer_key = web.AppKey("writer", Writer)
 hermes_key = web.AppKey("hermes", HermesClient)  #: the first upstream's client (SPEC S10)
 fleet_key = web.AppKey("fleet", Fleet)  #: every upstream with its client
 draining_key = web.AppKey("draining", list[bool])  #: a one-element flag, set on SIGTERM

@@ -12,8 +12,8 @@ import pytest
 from aiohttp.test_utils import TestClient
 from redis.asyncio import Redis
 
+from broker.app import create_app
 from broker.config import Config
-from broker.http.app import create_app
 from tests.conftest import RedisServer
 from tests.contract.harness import Target
 

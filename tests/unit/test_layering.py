@@ -115,3 +115,21 @@ def test_the_job_use_cases_stand_below_every_edge(path: Path) -> None:
 def test_the_driver_never_sees_http(path: Path) -> None:
     for module in _imports(path):
         assert not module.startswith("broker.http"), f"{path}: {module}"
+
+
+@pytest.mark.parametrize("path", _files("broker/http"), ids=lambda p: p.name)
+def test_the_http_edge_never_reaches_up_into_the_driver_the_board_or_the_console(path: Path) -> None:
+    # STYLE C.1: the composition root (broker/app.py) wires those; the edge serves what it is handed
+    for module in _imports(path):
+        assert not module.startswith(("broker.driver", "broker.board", "broker.console", "broker.app")), (
+            f"{path}: {module}"
+        )
+
+
+@pytest.mark.parametrize("path", _files("broker/board"), ids=lambda p: p.name)
+def test_the_board_reads_only_the_drivers_pure_rules(path: Path) -> None:
+    # STYLE C.2: what both read (the S2 policy) lives below both, in broker/jobs; board repair applies the driver's
+    # pure rule for a polled run (decide.on_status), nothing else of the driver
+    for module in _imports(path):
+        if module.startswith("broker.driver"):
+            assert module in ("broker.driver", "broker.driver.decide"), f"{path}: {module}"

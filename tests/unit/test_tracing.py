@@ -48,7 +48,7 @@ _APP_WITHOUT_TRACES = """
     import broker.__main__
     from broker import tracing
     from broker.config import Config
-    from broker.http.app import create_app
+    from broker.app import create_app
     create_app(Config(), redis_url="redis://127.0.0.1:1")
     with tracing.start(tracing.CREATE) as span, span.current(), tracing.within(span.traceparent, {"a": 1}):
         span.inject({})

@@ -8,9 +8,10 @@ from typing import Any
 from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 
+from broker.app import writer_key
 from broker.events import JobFinished, RunAccepted
 from broker.hermes.models import Accepted, HermesRun
-from broker.http.appkeys import clock_key, hermes_key, store_key, writer_key
+from broker.http.appkeys import clock_key, hermes_key, store_key
 from broker.store import keys
 from tests.conftest import BOTH_BACKENDS
 from tests.integration.board.conftest import Receiver, deliveries, until_true

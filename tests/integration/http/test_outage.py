@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from broker.app import create_app
 from broker.config import Config
-from broker.http.app import create_app
 from broker.http.errors import error_middleware
 from tests.conftest import RedisServer
 from tests.unit.store.test_outage import TABLE

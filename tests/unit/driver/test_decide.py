@@ -9,7 +9,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from broker.admission import fair
 from broker.admission.state import line_place
 from broker.driver import decide
-from broker.driver.decide import Append, Done, Follow, Policy, Queue, StopRun, Submit
+from broker.driver.decide import Append, Done, Follow, Queue, StopRun, Submit
 from broker.events import HoldReason, JobCreated, JobEvent, JobStatus, RunAccepted, StopRequested
 from broker.hermes.models import (
     Accepted,
@@ -25,6 +25,7 @@ from broker.hermes.models import (
     Unauthorized,
     Unavailable,
 )
+from broker.jobs.policy import Policy
 from projections.job import JobView, apply, fold
 
 POLICY = Policy(hold_ms=10_000, resubmit=2, backoff_ms=100, backoff_max_ms=1_000, events_maxlen=40)

@@ -1,0 +1,240 @@
+"""Composition root of the served broker: config -> the Redis clients and stores, the job service, the driver,
+the delta sweep, the board, the console -> one aiohttp app (the HTTP edge's, `broker/http/app.py`).
+
+Every arrow points down from here: `http/` serves what this module hands it through typed app keys, and only
+this module knows the driver, the board and the console all at once (STYLE C.1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+from redis.asyncio import Redis
+
+from broker.admission.fair import FairnessSettings, VirtualTimes
+from broker.board.projector import BoardSettings
+from broker.board.service import BoardService
+from broker.clock import Clock, SystemClock
+from broker.config import Config
+from broker.console import routes as console
+from broker.driver.gate import Gate
+from broker.driver.runner import Deps
+from broker.driver.supervisor import Supervisor
+from broker.errors import LegacyLayout
+from broker.hermes.client import HermesClient
+from broker.hermes.fleet import Fleet
+from broker.http import sse
+from broker.http.app import Context, web_app
+from broker.http.appkeys import (
+    InFlight,
+    admission_key,
+    clock_key,
+    config_key,
+    draining_key,
+    fleet_key,
+    hermes_key,
+    inflight_key,
+    metrics_key,
+    redis_key,
+    service_key,
+    store_key,
+)
+from broker.jobs.deltas import SWEEP_S, DeltaSweep
+from broker.jobs.policy import Policy
+from broker.jobs.service import JobService
+from broker.jobs.writer import Writer
+from broker.logging import get_logger
+from broker.metrics import Metrics
+from broker.store import work
+from broker.store.admission import AdmissionStore, Pacing
+from broker.store.affinity import Affinity
+from broker.store.connection import connect
+from broker.store.deltas import DeltaSchedule
+from broker.store.durability import Durability
+from broker.store.entries import settle_fresh_store
+from broker.store.jobs import JobStore
+from broker.store.leases import Leases
+from broker.store.migrate import MIGRATION_COMMAND, legacy_keys
+from broker.store.upstream_admission import slots_of
+
+#: what only the composition root reaches: the HTTP edge never touches the driver, the board or the writer
+board_key = web.AppKey("board", BoardService)
+supervisor_key = web.AppKey("supervisor", Supervisor)
+writer_key = web.AppKey("writer", Writer)
+
+
+def create_app(
+    config: Config,
+    *,
+    redis_url: str | None = None,
+    clock: Clock | None = None,
+    hermes: HermesClient | None = None,
+    drive: bool = True,
+) -> web.Application:
+    """Build the broker app; `redis_url` overrides `config.redis_url` (the embedded server's URL).
+
+    `drive=False` serves the API without driving jobs (tests of the HTTP surface alone); `hermes` replaces the
+    first upstream's client.
+    """
+    services: list[Context] = [_redis_context(redis_url or config.redis_url)]
+    if drive:
+        services.append(_driver_context)
+    if config.runs_delta_retention_ms:
+        services.append(_deltas_context)
+    if config.board_enabled:
+        services.append(_board_context)
+    app = web_app(services)
+    app[config_key] = config
+    app[clock_key] = clock or SystemClock()
+    app[metrics_key] = Metrics()
+    app[draining_key] = [False]
+    app[inflight_key] = InFlight()
+    # one client per upstream, each with its own key (SPEC S10); `hermes` (a test's) stands in for the first
+    app[fleet_key] = Fleet.build(
+        config.upstreams, config.hermes_timeout_ms, observe=app[metrics_key].observe_hermes, first=hermes
+    )
+    app[hermes_key] = app[fleet_key].first
+    app.on_cleanup.append(_close_hermes)
+    if config.console_enabled:
+        console.register(app)
+    return app
+
+
+def _redis_context(url: str | None) -> Context:
+    async def context(app: web.Application) -> AsyncIterator[None]:
+        if url is None:
+            raise RuntimeError("create_app needs a Redis URL (REDIS_URL, or the embedded server's)")
+        config = app[config_key]
+        redis = connect(url, cluster=config.redis_cluster)
+        log = get_logger("broker.app.Redis")
+        try:
+            await redis.ping()
+            found = await legacy_keys(redis)
+            if found:
+                raise LegacyLayout(found, MIGRATION_COMMAND)
+            # before the work stream exists: it marks a store a broker has used
+            if await settle_fresh_store(redis, only_replica=config.redis_url is None):
+                log.info("Storing relayed events packed: no other broker reads this store.")
+            await work.ensure_group(redis)
+        except BaseException:
+            await redis.aclose()
+            raise
+        log.info("Connected to Redis.", extra={"redis": _safe(url), "cluster": config.redis_cluster})
+        if len(app[fleet_key]) > 1:
+            upstreams = ",".join(u.name for u in app[fleet_key].upstreams)
+            log.info("Routing jobs to several Hermes upstreams.", extra={"upstreams": upstreams})
+        app[redis_key] = redis
+        durability = Durability(config.redis_wait_replicas, config.redis_wait_timeout_ms)
+        virtual = VirtualTimes()  # the line's virtual time (SPEC S4.2): passes learn it, creates read it
+        app[store_key] = JobStore(
+            redis,
+            retention_ms=config.runs_retention_ms,
+            hold_ms=config.runs_hold_ms,
+            durability=durability,
+            delta_retention_ms=config.runs_delta_retention_ms,
+            virtual=virtual,
+        )
+        app[admission_key] = AdmissionStore(
+            redis,
+            Pacing.from_config(config),
+            virtual,
+            slots_of(app[fleet_key].upstreams),
+            affinity=_affinity(app, redis),
+        )
+        board = BoardSettings.from_config(config)
+        app[writer_key] = Writer(app[store_key], app[clock_key], app[metrics_key], board)
+        app[service_key] = JobService(
+            app[writer_key],
+            app[clock_key],
+            app[metrics_key],
+            redis=redis,
+            hermes=app[hermes_key],
+            admission=app[admission_key],
+            fairness=FairnessSettings.from_config(config),
+            client_of=app[fleet_key].client_or_first,
+        )
+        yield
+        await redis.aclose()
+        log.info("Disconnected from Redis.", extra={"redis": _safe(url)})
+
+    return context
+
+
+async def _driver_context(app: web.Application) -> AsyncIterator[None]:
+    config = app[config_key]
+    gate = Gate(app[admission_key], app[metrics_key])
+    deps = Deps(
+        writer=app[writer_key],
+        leases=Leases(app[redis_key], lease_ms=config.runs_lease_ms),
+        gate=gate,
+        hermes=app[hermes_key],
+        clock=app[clock_key],
+        metrics=app[metrics_key],
+        policy=Policy.from_config(config),
+        poll_interval_ms=config.runs_poll_interval_ms,
+        upstream=app[fleet_key].upstreams[0].name,
+        fleet=app[fleet_key],
+        affinity=_affinity(app, app[redis_key]),
+    )
+    supervisor = Supervisor(app[redis_key], deps, concurrency=config.runs_concurrency)
+    gate.wake = supervisor.ring
+    app[supervisor_key] = supervisor
+    supervisor.start()
+    yield
+    await drain(app)
+
+
+def _affinity(app: web.Application, redis: Redis) -> Affinity | None:
+    """Sessions' upstreams (SPEC S10), kept only when there is a choice: one URL stores nothing more than before."""
+    return Affinity(redis, app[config_key].runs_retention_ms) if len(app[fleet_key]) > 1 else None
+
+
+async def _deltas_context(app: web.Application) -> AsyncIterator[None]:
+    """Every replica sweeps the delta schedules (SPEC S3.6)."""
+    every_s = min(SWEEP_S, app[config_key].runs_delta_retention_ms / 2000)
+    sweep = DeltaSweep(DeltaSchedule(app[redis_key]), app[clock_key], every_s=every_s)
+    sweep.start()
+    yield
+    await sweep.stop()
+
+
+async def _board_context(app: web.Application) -> AsyncIterator[None]:
+    """Board delivery (SPEC S5): detached from the driver, stopped first on the way out."""
+    board = BoardService(
+        app[config_key],
+        app[redis_key],
+        app[writer_key],
+        app[hermes_key],
+        app[clock_key],
+        app[metrics_key],
+        client_of=app[fleet_key].client_or_first,
+    )
+    app[board_key] = board
+    await board.start()
+    yield
+    await board.stop()
+
+
+async def drain(app: web.Application) -> None:
+    """SIGTERM: report not ready, stop taking work and hand driven jobs back (once)."""
+    if app[draining_key][0]:
+        return
+    app[draining_key][0] = True
+    if board_key in app:
+        await app[board_key].stop()  # in-flight deliveries are handed to the other replicas' senders
+    if supervisor_key in app:
+        await app[supervisor_key].drain()
+    await sse.end_streams(app)
+
+
+async def _close_hermes(app: web.Application) -> None:
+    await app[fleet_key].aclose()
+
+
+def _safe(url: str) -> str:
+    """The URL without a password."""
+    if "@" not in url:
+        return url
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://***@{rest.rpartition('@')[2]}"
