@@ -15,11 +15,12 @@ import orjson
 from benchlib.load import gather_limited, post_json
 from benchlib.procs import Services
 from benchlib.run import get_json
-from benchlib.scenarios.upstreams_fleet import job_events, requests, simulators
+from benchlib.scenarios.upstreams_fleet import Request, job_events, requests, simulators
 from benchlib.upstream_logs import job_of, on_own_upstream, spread, started_runs
 
 TURNS = 4
 TURN = "bench upstreams session turn sleep:0.2"
+ENDS = frozenset({"run.completed", "run.failed", "run.cancelled"})
 
 
 @dataclass
@@ -36,18 +37,9 @@ async def sessions_round(services: Services, sessions: int) -> SessionsRound:
         extra = {"HERMES_URL": ",".join(fleet.urls), "HERMES_MAX_CONCURRENT": "0"}
         async with services.brokers(1, extra) as procs, aiohttp.ClientSession() as session:
             base = procs[0].url
-
-            async def conversation(name: str) -> list[str]:
-                turns = []
-                for turn in range(TURNS):
-                    body = orjson.dumps({"input": f"{TURN} {turn + 1}", "session_id": name})
-                    job = str((await post_json(session, f"{base}/v1/runs", body))["run_id"])
-                    await job_events(session, base, job)  # returns once the turn ended
-                    turns.append(job)
-                return turns
-
             names = [f"bench-session-{n:03d}" for n in range(sessions)]
-            turns_of = dict(zip(names, await asyncio.gather(*(conversation(name) for name in names)), strict=True))
+            talks = await asyncio.gather(*(conversation(session, base, name) for name in names))
+            turns_of = dict(zip(names, talks, strict=True))
             jobs = [job for turns in turns_of.values() for job in turns]
             objects = {str(job["run_id"]): job for job in await gather_limited(
                 16, jobs, lambda job: get_json(session, f"{base}/v1/runs/{job}"))}  # fmt: skip
@@ -59,30 +51,47 @@ async def sessions_round(services: Services, sessions: int) -> SessionsRound:
     bad = [job for job in objects.values() if job["status"] != "completed"]
     if bad:
         raise RuntimeError(f"{len(bad)} of {len(objects)} turns did not complete: {bad[:2]}")
+    if len(sim_session) != len(objects):
+        raise RuntimeError(f"the simulators started {len(sim_session)} runs for {len(objects)} turns")
     names_of = fleet.names
-    # The simulators' record: which of them started a run for each job (by its keys), and for which session.
-    ran_on: dict[str, list[str]] = {}
-    for index, log in enumerate(logs):
-        for key, _ in started_runs(log):
-            ran_on.setdefault(job_of(key), []).append(names_of[index])
+    agree(objects, logs, names_of)
     sim_turns: dict[str, list[str | None]] = {name: [] for name in turns_of}
     for (index, _), name in sim_session.items():
         if name not in sim_turns:
             raise RuntimeError(f"a simulator ran a run of the unknown session {name!r}")
         sim_turns[name].append(names_of[index])
-    disagree = [job for job, found in objects.items() if ran_on.get(job) != [found["upstream"]]]
-    if disagree:
-        job = objects[disagree[0]]
-        raise RuntimeError(f"{len(disagree)} turns' job objects disagree with the simulators' logs: {job['run_id']} "
-                           f"upstream {job['upstream']}, started on {ran_on.get(str(job['run_id']))}")  # fmt: skip
-    if len(sim_session) != len(objects):
-        raise RuntimeError(f"the simulators started {len(sim_session)} runs for {len(objects)} turns")
     by_object = {name: [upstream(objects[job]) for job in turns] for name, turns in turns_of.items()}
     first = {name: str(upstreams[0]) for name, upstreams in by_object.items()}
     created = min(float(str(job["created_at"])) for job in objects.values())
     ended = max(float(str(job["updated_at"])) for job in objects.values())
     return SessionsRound(ended - created, len(objects), on_own_upstream(by_object), on_own_upstream(sim_turns),
                          spread(first, names_of))  # fmt: skip
+
+
+async def conversation(session: aiohttp.ClientSession, base: str, name: str) -> list[str]:
+    """The session's turns one after the other, each created once the previous one ended: their job ids."""
+    turns = []
+    for turn in range(TURNS):
+        body = orjson.dumps({"input": f"{TURN} {turn + 1}", "session_id": name})
+        job = str((await post_json(session, f"{base}/v1/runs", body))["run_id"])
+        events = await job_events(session, base, job)  # returns once the turn ended
+        if not events or events[-1].get("event") not in ENDS:
+            raise RuntimeError(f"the events of {job} closed before its terminal event: {events[-1:]}")
+        turns.append(job)
+    return turns
+
+
+def agree(objects: dict[str, dict[str, object]], logs: list[list[Request]], names: list[str]) -> None:
+    """Raise unless each job's key started exactly one run, on the simulator its job object names."""
+    ran_on: dict[str, list[str]] = {}
+    for index, log in enumerate(logs):
+        for key, _ in started_runs(log):
+            ran_on.setdefault(job_of(key), []).append(names[index])
+    disagree = [job for job, found in objects.items() if ran_on.get(job) != [found["upstream"]]]
+    if disagree:
+        job = objects[disagree[0]]
+        raise RuntimeError(f"{len(disagree)} turns' job objects disagree with the simulators' logs: {job['run_id']} "
+                           f"upstream {job['upstream']}, started on {ran_on.get(str(job['run_id']))}")  # fmt: skip
 
 
 def upstream(job: dict[str, object]) -> str | None:
