@@ -11,6 +11,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
 from benchlib.figures import Row, markdown, percentile
 from benchlib.load import create_body, parse_wrk
+from benchlib.upstream_logs import (
+    accepted_per_attempt,
+    job_of,
+    on_own_upstream,
+    ran_twice,
+    runs_per_key,
+    spread,
+    started_runs,
+)
 
 WRK_OUTPUT = """Running 3s test @ http://127.0.0.1:40000
   2 threads and 64 connections
@@ -52,3 +61,38 @@ def test_the_create_body_is_about_724_bytes_with_a_context_of_three_links() -> N
     body = orjson.loads(create_body())
     assert len(create_body()) == 724
     assert len(body["context"]["links"]) == 3 and body["context"]["title"]
+
+
+def _create(key: str | None, status: int | None, run_id: str | None = None) -> dict[str, object]:
+    entry: dict[str, object] = {"method": "POST", "path": "/v1/runs", "status": status, "idempotency_key": key}
+    if run_id is not None:
+        entry["run_id"] = run_id
+    return entry
+
+
+def test_a_simulator_log_counts_only_creates_that_started_a_run_by_their_key() -> None:
+    log = [_create("job_a", 202, "run_1"), _create("job_b", 429), _create("job_c", None),
+           {"method": "GET", "path": "/v1/runs/run_1", "status": 200, "idempotency_key": None},
+           _create("job_a#2", 202, "run_2")]  # fmt: skip
+    assert started_runs(log) == [("job_a", "run_1"), ("job_a#2", "run_2")]
+    assert job_of("job_a#2") == job_of("job_a") == "job_a"
+
+
+def test_a_key_that_started_runs_on_two_simulators_ran_twice() -> None:
+    first, second = [_create("job_a", 202, "run_1"), _create("job_b", 202, "run_2")], [_create("job_a#2", 202, "r3")]
+    assert ran_twice([first, second]) == {}
+    assert runs_per_key([first, second]) == {"job_a": 1, "job_b": 1, "job_a#2": 1}
+    assert ran_twice([first, second, [_create("job_b", 202, "run_4")]]) == {"job_b": 2}
+
+
+def test_turns_count_on_the_upstream_most_of_their_session_ran_on() -> None:
+    assert on_own_upstream({"s1": ["a", "a", "a", "a"], "s2": ["b"] * 4}) == 8
+    assert on_own_upstream({"s1": ["a", "b", "a", "a"], "s2": ["b", None, "b", "b"]}) == 6
+    assert spread({"s1": "a", "s2": "c", "s3": "c"}, ["a", "b", "c"]) == "1/0/2"
+
+
+def test_a_jobs_accepted_events_are_counted_per_attempt() -> None:
+    events = [{"event": "job.queued"}, {"event": "job.accepted", "attempt": 1}, {"event": "job.interrupted"},
+              {"event": "job.accepted", "attempt": 2}, {"event": "run.completed", "attempt": 2}]  # fmt: skip
+    assert accepted_per_attempt(events) == {1: 1, 2: 1}
+    assert max(accepted_per_attempt([*events, {"event": "job.accepted", "attempt": 2}]).values()) == 2
