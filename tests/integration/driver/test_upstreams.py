@@ -91,6 +91,30 @@ async def test_jobs_spread_over_two_upstreams_each_within_its_own_limit(
     assert [(u["name"], u["live"], u["limit"]) for u in admission] == [(first, 0, 2), (second, 0, 4)]
 
 
+async def test_each_upstream_learns_its_own_limit(
+    make_replica: ClientFactory, hermes_server: TestServer, second_hermes: TestServer, sim: Simulator
+) -> None:
+    # Given two upstreams of capacity 2 and 5 and limits to learn (HERMES_MAX_CONCURRENT=0, SPEC S4.1 per upstream)
+    other = sim_of(second_hermes)
+    sim.settings.max_concurrent, other.settings.max_concurrent = 2, 5
+    replica = await make_replica(hermes_url=f"{url_of(hermes_server)},{url_of(second_hermes)}", hermes_max_concurrent=0)
+    # When a backlog of 30 jobs runs through
+    arrival = [(await create(replica, {"input": f"job {i} sleep:0.3"}))["run_id"] for i in range(30)]
+    done = [await settled(replica, job_id, timeout=60) for job_id in arrival]
+    # Then every job completed, each Hermes filled to its own capacity (the small one's 429s never held the large
+    # one back), and each learnt limit settled at its own upstream's capacity (a 429 sets L to the live runs)
+    assert all(d["status"] == "completed" for d in done)
+    assert sim.stats()["peak_live"] == 2 and other.stats()["peak_live"] == 5
+    admission = (await (await replica.get("/readyz")).json())["admission"]["upstreams"]
+    limits = {u["name"]: (u["learnt"], u["limit"]) for u in admission}
+    first, second = url_of(hermes_server).removeprefix("http://"), url_of(second_hermes).removeprefix("http://")
+    assert limits[first][0] and limits[second][0]
+    assert 2 <= limits[first][1] <= 3, limits  # at its capacity, or one past it after a quiet while (S4.1)
+    assert 5 <= limits[second][1] <= 6, limits
+    refused = [[r for r in s.requests if r["path"] == "/v1/runs" and r["status"] == 429] for s in (sim, other)]
+    assert len(refused[0]) + len(refused[1]) <= 8  # slow start finds each capacity with a few refusals, not a flood
+
+
 async def test_stop_and_approval_reach_the_upstream_of_the_run(
     make_replica: ClientFactory, hermes_server: TestServer, second_hermes: TestServer, sim: Simulator
 ) -> None:
