@@ -9,8 +9,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from enum import StrEnum
+from typing import Any
 
 from attrs import define
 
@@ -212,7 +213,8 @@ class Runner:
         now = self._deps.clock.now_ms()
         answer = decide.on_stop(snapshot.view, outcome, now)
         if answer.retry:
-            await self._back_off("Could not reach Hermes to stop a run; retrying with backoff.", run_id, outcome)
+            message = "Could not reach Hermes to stop a run; retrying with backoff."
+            await self._back_off(message, run_id, outcome, self._run_client(snapshot.view))
             return await self._reload()
         self._failures = 0
         if answer.sent:
@@ -220,13 +222,14 @@ class Runner:
             self._log.info("Asked Hermes to stop a run.", extra={"job": self.job_id, "hermesRun": run_id})
         return await self._commit(snapshot, lambda v: list(decide.on_stop(v, outcome, now).events))
 
-    async def _back_off(self, message: str, run_id: str, outcome: object) -> None:
-        """Wait before asking Hermes again: jittered exponential backoff, one warn line per failure streak."""
+    async def _back_off(self, message: str, run_id: str, outcome: object, client: HermesClient) -> None:
+        """Wait before asking Hermes again: jittered exponential backoff, one warn line per failure streak; cut short
+        when a call to the same server gets an answer (it is back: a restarted Hermes is polled at once)."""
         self._failures += 1
         if self._failures == 1:
             fields = {"job": self.job_id, "hermesRun": run_id, "error": getattr(outcome, "reason", repr(outcome))}
             self._log.warning(message, extra=fields)
-        await self._sleep(decide.backoff_ms(self._failures, self._deps.jitter(), self._deps.policy))
+        await self._sleep(decide.backoff_ms(self._failures, self._deps.jitter(), self._deps.policy), client.answered())
 
     async def _follow(self, snapshot: Snapshot, action: Follow) -> Snapshot:
         pump = self._pump
@@ -270,9 +273,8 @@ class Runner:
         elif await self._deps.gate.store.lost(snapshot.view.upstream, self._deps.clock.now_ms()):
             snapshot = await self._upstream_lost(snapshot, action)  # SPEC S10: resubmitted elsewhere
         else:  # Hermes is unreachable: poll again, backing off past the poll interval
-            await self._back_off(
-                "Could not reach Hermes to poll a run; retrying with backoff.", action.hermes_run_id, run
-            )
+            message = "Could not reach Hermes to poll a run; retrying with backoff."
+            await self._back_off(message, action.hermes_run_id, run, self._run_client(snapshot.view))
         return await self._reload() if not snapshot.view.status.terminal else snapshot
 
     async def _settle(self, snapshot: Snapshot, action: Follow, run: HermesRun | NotFound) -> Snapshot:
@@ -360,12 +362,21 @@ class Runner:
         """The client of the upstream of the job's accepted run (SPEC S10: its attempt belongs to it)."""
         return self._deps.client(view.upstream)
 
-    async def _sleep(self, ms: int | float) -> None:
-        """Sleep, or less when nudged."""
-        try:
-            await asyncio.wait_for(self._wake.wait(), timeout=max(ms, 0) / 1000)
-        except TimeoutError:
+    async def _sleep(self, ms: int | float, or_when: Coroutine[Any, Any, None] | None = None) -> None:
+        """Sleep, or less when nudged (or when `or_when` happens first)."""
+        if or_when is None:
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=max(ms, 0) / 1000)
+            except TimeoutError:
+                return
+            self._wake.clear()
             return
+        waits = {asyncio.ensure_future(self._wake.wait()), asyncio.ensure_future(or_when)}
+        try:
+            await asyncio.wait(waits, timeout=max(ms, 0) / 1000, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
         self._wake.clear()
 
     async def _announce(self, view: JobView) -> None:

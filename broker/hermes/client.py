@@ -69,6 +69,10 @@ class HermesClient(Protocol):
 
     async def aclose(self) -> None: ...
 
+    async def answered(self) -> None:
+        """Return once a call to this server gets an answer (anything but a 5xx): it is back after failures."""
+        ...
+
 
 class _Reply:
     __slots__ = ("body", "headers", "status")
@@ -98,6 +102,7 @@ class AiohttpHermesClient:
         self.last_answered: bool | None = None  #: did Hermes answer the last call (None: no call yet)
         self.answered_at_ms = 0  #: when Hermes last answered anything (epoch ms; SPEC S10 lost upstreams)
         self.failed_at_ms = 0  #: when a call last got no answer (epoch ms)
+        self._answer: asyncio.Event | None = None  #: set by the next answered call (callers backing off wait on it)
         self._log = get_logger(type(self))
         url = URL(self._base_url)
         self._server = (url.host or "", url.port or 0)
@@ -192,6 +197,15 @@ class AiohttpHermesClient:
         finally:
             opened.close()
 
+    async def answered(self) -> None:
+        """Return once a call to this server gets an answer (anything but a 5xx): it is back after failures.
+
+        A run's poll backs off while its server does not answer (up to RUNS_BACKOFF_MAX); when another call gets
+        through (a probe, another run's poll) every waiting poll goes at once rather than at the end of its wait."""
+        if self._answer is None:
+            self._answer = asyncio.Event()
+        await self._answer.wait()
+
     async def aclose(self) -> None:
         if self._session is not None and self._owns_session:
             await self._session.close()
@@ -285,6 +299,9 @@ class AiohttpHermesClient:
         elapsed = time.monotonic() - started
         duration_ms = round(elapsed * 1000)
         self.last_answered = status is not None and status < 500
+        if self.last_answered and self._answer is not None:
+            self._answer.set()  # the server is back: whoever backs off from it asks again now
+            self._answer = None
         if status is not None:
             self.answered_at_ms = int(time.time() * 1000)
         else:
