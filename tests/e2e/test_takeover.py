@@ -33,7 +33,7 @@ def test_a_killed_owners_jobs_are_finished_by_the_other_replica(
     # Given two replicas with a short lease, driving jobs that take a while
     env = {**FAST, "HERMES_URL": simulator.url, "RUNS_LEASE": "1500"}
     doomed = start_broker(redis_url=clean_store.url, **clean_store.variables, **env)
-    jobs = create_jobs(doomed, 6, "slow sleep:2")
+    jobs = create_jobs(doomed, 6, "slow sleep:6")  # long enough to outlast the second start-up on a busy machine
     until(lambda: all(s == "running" for s in statuses(doomed, jobs)), 15)
     survivor = start_broker(redis_url=clean_store.url, **clean_store.variables, **env)
     # When the replica that drives them all is SIGKILLed mid-run
