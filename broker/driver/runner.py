@@ -283,7 +283,7 @@ class Runner:
     ) -> Snapshot:
         """Append what `facts` derives from the job (fenced by the lease), re-deriving it after a conflict."""
         after = await self._deps.writer.commit(
-            self.job_id, snapshot, facts, log=self._log, lease_token=self.token, retry=retry
+            self.job_id, snapshot, facts, log=self._log, lease_token=self.token, retry=retry, released=self._released
         )
         if after.view.attempt > snapshot.view.attempt:  # RunResubmitted
             attributes: tracing.Attributes = {
@@ -292,6 +292,10 @@ class Runner:
             }
             tracing.start(tracing.RESUBMIT, attributes=attributes).end()
         return after
+
+    def _released(self) -> None:
+        """The write that ended the job released its run lease too: the supervisor's release costs nothing."""
+        self._deps.leases.released(self.job_id, self.token)
 
     async def _created(self) -> JobCreated:
         if self._job is None:
