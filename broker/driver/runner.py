@@ -6,7 +6,6 @@ Every append is fenced by the run lease and by the stream position it decided on
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import random
 from collections.abc import Callable, Iterator
@@ -20,7 +19,7 @@ from broker.clock import Clock
 from broker.driver import decide
 from broker.driver.decide import Append, Done, Follow, Policy, Queue, StopRun, Submit
 from broker.driver.gate import Gate
-from broker.driver.pump import Pump
+from broker.driver.pump import Nudge, Pump
 from broker.events import JobCreated, JobEvent, JobRerouted
 from broker.hermes.client import HermesClient
 from broker.hermes.fleet import Fleet
@@ -95,7 +94,7 @@ class Runner:
         self._job: JobCreated | None = None  #: the job's JobCreated (its body, its trace context), once read
         self._follow_span = tracing.NO_SPAN  #: the span of following `_followed` (SPEC S6.1)
         self._followed = 0
-        self._wake = asyncio.Event()
+        self._wake = Nudge()
         self._pump: Pump | None = None
         self._stop_sent_attempt = 0
         self._failures = 0  #: consecutive calls Hermes did not answer (stop, poll): the backoff exponent
@@ -365,11 +364,8 @@ class Runner:
 
     async def _sleep(self, ms: int | float) -> None:
         """Sleep, or less when nudged."""
-        try:
-            await asyncio.wait_for(self._wake.wait(), timeout=max(ms, 0) / 1000)
-        except TimeoutError:
-            return
-        self._wake.clear()
+        if await self._wake.sleep(max(ms, 0) / 1000):
+            self._wake.clear()
 
     async def _announce(self, view: JobView) -> None:
         if view.accepted_attempt == view.attempt and view.hermes_run_id and not view.status.terminal:
