@@ -34,12 +34,16 @@ class ScriptBatch:
 
     def __init__(self, redis: Redis) -> None:
         self._redis = redis
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: list[_Call] = []
         self._sending: set[asyncio.Task[None]] = set()  #: strong references to the batches on their way
 
     async def run(self, script: AsyncScript, keys: Sequence[str], args: Args) -> object:
         """The reply of `script` over `keys` and `args` (its error raised), sent with the turn's other calls."""
-        reply: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:  # a batch left on a loop that stopped before it went is no one's
+            self._loop, self._pending = loop, []
+        reply: asyncio.Future[object] = loop.create_future()
         self._pending.append(_Call(script, keys, args, reply))
         if len(self._pending) == 1:  # the turn's first call: its batch leaves at the next turn
             task = asyncio.create_task(self._send())

@@ -10,6 +10,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from broker.store.batch import ScriptBatch
+from broker.store.connection import connect
 
 ECHO = "redis.call('RPUSH', KEYS[1], ARGV[1]) return ARGV[1]"
 FAIL = "return redis.error_reply('no ' .. ARGV[1])"
@@ -43,3 +44,31 @@ async def test_a_lone_call_and_a_batch_after_a_script_flush(redis: Redis) -> Non
     assert await redis.lrange("{batch}:again", 0, -1) == ["0", "1", "2"]
     with pytest.raises(ResponseError):
         await batch.run(redis.register_script(FAIL), ["{batch}:alone"], ["way"])
+
+
+def test_a_batch_left_on_a_stopped_loop_does_not_hold_up_the_next(redis_target: tuple[str, bool]) -> None:
+    url, cluster = redis_target
+    client = connect(url, cluster=cluster)  # no connection is made before the second loop
+    batch, echo = ScriptBatch(client), client.register_script(ECHO)
+
+    async def stopped_before_it_went() -> None:
+        call = asyncio.create_task(batch.run(echo, ["{batch}:loops"], ["lost"]))
+        await asyncio.sleep(0)  # the call joined a batch that has not gone yet
+        for task in asyncio.all_tasks() - {asyncio.current_task()}:
+            task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+
+    async def next_call() -> object:
+        try:
+            return await asyncio.wait_for(batch.run(echo, ["{batch}:loops"], ["next"]), 10)
+        finally:
+            await client.aclose()
+
+    first, second = asyncio.new_event_loop(), asyncio.new_event_loop()
+    try:
+        first.run_until_complete(stopped_before_it_went())
+        assert second.run_until_complete(next_call()) == "next"
+    finally:
+        first.close()
+        second.close()
