@@ -42,7 +42,7 @@ from broker.hermes.models import (
 from broker.ids import upstream_key
 from broker.jobs.policy import Policy
 from broker.jobs.rules import cancelled, finished
-from projections.job import JobView, apply
+from projections.job import JobView, apply, fold
 
 
 @frozen
@@ -223,12 +223,13 @@ def on_events(
     """A batch of Hermes events of one attempt: relay them, settle on a terminal one (the job's last event:
     the count of deltas dropped in the batch goes before it)."""
     events: list[JobEvent] = []
+    if view.status.terminal or view.attempt != attempt:
+        return events
     dropped = 0
-    current: JobView | None = view
-    for item in items:
-        if current is None or current.status.terminal or current.attempt != attempt:
-            break
+    count = view.event_count  # relayed events move neither the status to terminal nor the attempt: the job
+    for item in items:  # is folded (the writer folds it again) only where a fact depends on more than the count
         if item.terminal:
+            current = fold(events, view) or view
             if dropped:
                 counted = DeltasDropped(job_id=view.job_id, at_ms=now_ms, attempt=attempt, count=dropped)
                 current = apply(current, counted) or current
@@ -236,12 +237,13 @@ def on_events(
                 dropped = 0
             events.extend(on_status(current, attempt, _run_from_event(run_id, item), now_ms, policy))
             break
-        if item.name == "message.delta" and current.event_count >= policy.events_maxlen:
+        if item.name == "message.delta" and count >= policy.events_maxlen:
             dropped += 1
             continue
+        # a deny names the command of the approval asked for, maybe earlier in this batch
+        current = fold(events, view) or view if item.name == "approval.responded" else view
         new = _relay(current, attempt, run_id, item, now_ms)
-        for event in new:
-            current = apply(current, event)
+        count += len(new)
         events.extend(new)
     if dropped:
         events.append(DeltasDropped(job_id=view.job_id, at_ms=now_ms, attempt=attempt, count=dropped))

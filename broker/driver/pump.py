@@ -1,4 +1,4 @@
-"""Reads one Hermes event stream into a queue, so the runner can wait on it, a stop and a timer at once.
+"""Reads one Hermes event stream into a buffer, so the runner can wait on it, a stop and a timer at once.
 
 A Hermes stream is single-use: it is opened at most once per attempt, by the replica that got
 the attempt accepted, and it keeps running across the runner's other work (a stop, a poll).
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import deque
 
 from broker.hermes.client import HermesClient
 from broker.hermes.models import Comment, HermesEvent, StreamEnded, StreamItem
@@ -17,22 +18,74 @@ from broker.logging import get_logger
 IDLE_TIMEOUT_S = 3600.0
 
 
+class Nudge:
+    """A runner's flag that something outside it changed the job (a stop, an approval): its waits end on it.
+
+    An asyncio.Event whose waits cost no task: a wait is one future, ended by the flag, a timer or (in
+    Pump.wait) the stream's next item (a follow waits once per batch of Hermes events)."""
+
+    __slots__ = ("_set", "_waiters")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._waiters: set[asyncio.Future[None]] = set()
+
+    def set(self) -> None:
+        self._set = True
+        for waiter in self._waiters:
+            release(waiter)
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def clear(self) -> None:
+        self._set = False
+
+    async def sleep(self, timeout_s: float) -> bool:
+        """Wait up to `timeout_s`, less when set; True when set."""
+        if not self._set:
+            await self.wait(asyncio.get_running_loop().create_future(), timeout_s)
+        return self._set
+
+    async def wait(self, waiter: asyncio.Future[None], timeout_s: float) -> None:
+        """Wait for `waiter` (ended by whoever holds it), the flag, or `timeout_s`."""
+        timer = asyncio.get_running_loop().call_later(timeout_s, release, waiter)
+        self._waiters.add(waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiters.discard(waiter)
+
+
+def release(waiter: asyncio.Future[None]) -> None:
+    """End a wait of Nudge.wait (once)."""
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 class Pump:
     def __init__(self, hermes: HermesClient, attempt: int, hermes_run_id: str) -> None:
         self.attempt = attempt
         self.hermes_run_id = hermes_run_id
         self.ended = False
-        self._queue: asyncio.Queue[StreamItem] = asyncio.Queue()
+        self._items: deque[StreamItem] = deque()
+        self._waiter: asyncio.Future[None] | None = None  #: the runner's wait for the next item
         self._task = asyncio.create_task(self._run(hermes), name=f"pump-{hermes_run_id}")
+
+    def _put(self, item: StreamItem) -> None:
+        self._items.append(item)
+        if self._waiter is not None:
+            release(self._waiter)
 
     async def _run(self, hermes: HermesClient) -> None:
         stream = hermes.events(self.hermes_run_id, idle_timeout_s=IDLE_TIMEOUT_S)
         try:
             async for item in stream:
                 if not isinstance(item, Comment):
-                    self._queue.put_nowait(item)
+                    self._put(item)
         except Exception as error:  # a loop guard: a broken stream must still end the follow
-            self._queue.put_nowait(StreamEnded(clean=False))
+            self._put(StreamEnded(clean=False))
             get_logger(type(self)).warning(
                 "Lost a Hermes event stream.", extra={"hermesRun": self.hermes_run_id, "error": repr(error)}
             )
@@ -41,25 +94,22 @@ class Pump:
             if closer is not None:
                 await closer()
 
-    async def wait(self, timeout_s: float, wake: asyncio.Event) -> list[StreamItem]:
+    async def wait(self, timeout_s: float, wake: Nudge) -> list[StreamItem]:
         """Items that are there, waiting up to `timeout_s` for the first (or until `wake` is set)."""
-        if self._queue.empty() and not wake.is_set():
-            getter = asyncio.ensure_future(self._queue.get())
-            waker = asyncio.ensure_future(wake.wait())
-            await asyncio.wait((getter, waker), timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
-            waker.cancel()
-            if not getter.done():
-                getter.cancel()
-                return self._drain([])
-            return self._drain([getter.result()])
-        return self._drain([])
+        if not self._items and not wake.is_set():
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await wake.wait(self._waiter, timeout_s)
+            finally:
+                self._waiter = None
+        return self._drain()
 
     def events(self, items: list[StreamItem]) -> list[HermesEvent]:
         return [item for item in items if isinstance(item, HermesEvent)]
 
-    def _drain(self, items: list[StreamItem]) -> list[StreamItem]:
-        while not self._queue.empty():
-            items.append(self._queue.get_nowait())
+    def _drain(self) -> list[StreamItem]:
+        items = list(self._items)
+        self._items.clear()
         if any(not isinstance(item, HermesEvent) for item in items):
             self.ended = True  # StreamEnded, or the stream could not be opened
         return items

@@ -21,7 +21,7 @@ from broker.clock import Clock
 from broker.driver import decide
 from broker.driver.decide import Append, Done, Follow, Queue, StopRun, Submit
 from broker.driver.gate import Gate
-from broker.driver.pump import Pump
+from broker.driver.pump import Nudge, Pump, release
 from broker.events import JobCreated, JobEvent, JobRerouted
 from broker.hermes.client import HermesClient
 from broker.hermes.fleet import Fleet
@@ -97,7 +97,7 @@ class Runner:
         self._job: JobCreated | None = None  #: the job's JobCreated (its body, its trace context), once read
         self._follow_span = tracing.NO_SPAN  #: the span of following `_followed` (SPEC S6.1)
         self._followed = 0
-        self._wake = asyncio.Event()
+        self._wake = Nudge()
         self._pump: Pump | None = None
         self._stop_sent_attempt = 0
         self._failures = 0  #: consecutive calls Hermes did not answer (stop, poll): the backoff exponent
@@ -286,7 +286,7 @@ class Runner:
     ) -> Snapshot:
         """Append what `facts` derives from the job (fenced by the lease), re-deriving it after a conflict."""
         after = await self._deps.writer.commit(
-            self.job_id, snapshot, facts, log=self._log, lease_token=self.token, retry=retry
+            self.job_id, snapshot, facts, log=self._log, lease_token=self.token, retry=retry, released=self._released
         )
         if after.view.attempt > snapshot.view.attempt:  # RunResubmitted
             attributes: tracing.Attributes = {
@@ -295,6 +295,10 @@ class Runner:
             }
             tracing.start(tracing.RESUBMIT, attributes=attributes).end()
         return after
+
+    def _released(self) -> None:
+        """The write that ended the job released its run lease too: the supervisor's release costs nothing."""
+        self._deps.leases.released(self.job_id, self.token)
 
     async def _created(self) -> JobCreated:
         if self._job is None:
@@ -365,18 +369,16 @@ class Runner:
     async def _sleep(self, ms: int | float, or_when: Coroutine[Any, Any, None] | None = None) -> None:
         """Sleep, or less when nudged (or when `or_when` happens first)."""
         if or_when is None:
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=max(ms, 0) / 1000)
-            except TimeoutError:
-                return
-            self._wake.clear()
+            if await self._wake.sleep(max(ms, 0) / 1000):
+                self._wake.clear()
             return
-        waits = {asyncio.ensure_future(self._wake.wait()), asyncio.ensure_future(or_when)}
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        happened = asyncio.ensure_future(or_when)
+        happened.add_done_callback(lambda _: release(waiter))
         try:
-            await asyncio.wait(waits, timeout=max(ms, 0) / 1000, return_when=asyncio.FIRST_COMPLETED)
+            await self._wake.wait(waiter, max(ms, 0) / 1000)
         finally:
-            for waiting in waits:
-                waiting.cancel()
+            happened.cancel()
         self._wake.clear()
 
     async def _announce(self, view: JobView) -> None:

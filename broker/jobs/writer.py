@@ -44,8 +44,11 @@ class Writer:
         log: logging.Logger,
         lease_token: str | None = None,
         retry: bool = True,
+        released: Callable[[], None] | None = None,
     ) -> Snapshot:
-        """Append what `facts` derives from the job; `retry=False` returns the fresh job after a conflict."""
+        """Append what `facts` derives from the job; `retry=False` returns the fresh job after a conflict.
+
+        `released` (with `lease_token`): a write that ends the job releases its run lease too, and then calls it."""
         for _ in range(MAX_CONFLICTS):
             events = facts(snapshot.view)
             if not events:
@@ -62,6 +65,7 @@ class Writer:
                     lease_token=lease_token,
                     board=board,
                     before=snapshot.view,
+                    release=released is not None,
                 )
             except StreamConflict:
                 log.debug("Retried an append after a concurrent write.", extra={"job": job_id})
@@ -69,6 +73,8 @@ class Writer:
                 if not retry:
                     return snapshot
                 continue
+            if released is not None and lease_token and view.status.terminal and not snapshot.view.status.terminal:
+                released()
             journal.record(log, self._metrics, view, events)
             return Snapshot(view, ids[-1], board.state if board else snapshot.board)
         raise Busy(f"Job {job_id} is changing too fast; try again")

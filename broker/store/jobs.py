@@ -16,6 +16,7 @@ from broker.codec import decode, decode_board, decode_view, encode, encode_board
 from broker.errors import JobNotFound, LeaseLost, StreamConflict
 from broker.events import HermesEventRecorded, JobCreated, JobEvent, JobStatus, RunAccepted
 from broker.store import keys, signals
+from broker.store.batch import ScriptBatch
 from broker.store.connection import is_cluster
 from broker.store.durability import Durability
 from broker.store.entries import Entries, EventFormat
@@ -80,6 +81,8 @@ class JobStore:
         self._refreshing: asyncio.Task[None] | None = None  #: a read of V on its way (creates never wait for it)
         self._scripts = Scripts(redis, durability)
         self._cluster = is_cluster(redis)
+        #: the writes of a loop turn in one pipeline (broker/store/batch.py): on a single Redis, without WAIT
+        self._batch = ScriptBatch(redis) if not self._cluster and not self._scripts.durability.replicas else None
         self._retention_ms = retention_ms
         self._hold_ms = hold_ms  # a job still waiting in the line by then is woken to expire (RUNS_HOLD)
 
@@ -144,11 +147,14 @@ class JobStore:
         board: BoardWrite | None = None,
         due_at: int | None = None,
         before: JobView | None = None,
+        release: bool = False,
     ) -> list[str]:
         """Append `events` with `view` (their fold); raise StreamConflict, LeaseLost or JobNotFound.
 
         `due_at`: the job's next wake-up in the due schedule, set in the same write; `before`: the view the
-        events were folded onto (its listing entry then moves only when the status or updated_at changed)."""
+        events were folded onto (its listing entry then moves only when the status or updated_at changed);
+        `release`: when the write ends the job, `lease_token`'s run lease is released in it too (as
+        Leases.release(due_at_ms=None) would)."""
         reply = await self._write(
             job_id,
             events,
@@ -158,6 +164,7 @@ class JobStore:
             board=board,
             due_at=due_at,
             before=before,
+            release=release,
         )
         match reply[0]:
             case "OK":
@@ -185,6 +192,7 @@ class JobStore:
         before: JobView | None = None,
         place: int | None = None,
         turn: tuple[str, list[str | int]] | None = None,
+        release: bool = False,
     ) -> list[str]:
         """One append_events.lua over the job's partition (one slot; on a single Redis also the work stream,
         when `ring`, and the turns of a new job's fairness key, `turn`); acknowledged after WAIT when asked."""
@@ -208,9 +216,7 @@ class JobStore:
             write["line"] = "leave"
         ends = view.status.terminal and not (before and before.status.terminal)
         if ends:
-            write["expire"] = "1"  # retention runs from the job's end, never while it lives (SPEC S3.6)
-            if 0 < self._delta_retention_ms < self._retention_ms:  # deltas serve live readers (S3.6)
-                write["deltas"] = str(view.updated_at_ms + self._delta_retention_ms)
+            write.update(self._ending(view, release=release and bool(token)))
         if expected == "$new" or ends:
             write["compact"] = "1"  # the stream goes quiet: give back Redis's reserve at its end
         state, report = b"", b""
@@ -232,12 +238,20 @@ class JobStore:
         }
         if runs:  # what packed entries leave out, kept once in the view hash (broker/store/entries.py)
             write["runs"] = [item for field_run in runs.items() for item in field_run]
-        reply = await self._scripts.run(
-            self._scripts.append_events,
-            keys=[*_write_keys(job_id), *([] if self._cluster else [keys.WORK]), *([turn[0]] if turn else [])],
-            args=[orjson.dumps(write), encode_view(view), state, report, *stored],
-        )
-        return as_strings(reply)
+        script_keys = [*_write_keys(job_id), *([] if self._cluster else [keys.WORK]), *([turn[0]] if turn else [])]
+        args = [orjson.dumps(write), encode_view(view), state, report, *stored]
+        if self._batch is not None:
+            return as_strings(await self._batch.run(self._scripts.append_events, script_keys, args))
+        return as_strings(await self._scripts.run(self._scripts.append_events, keys=script_keys, args=args))
+
+    def _ending(self, view: JobView, *, release: bool) -> dict[str, str]:
+        """The fields of the write that ends the job."""
+        fields = {"expire": "1"}  # retention runs from the job's end, never while it lives (SPEC S3.6)
+        if 0 < self._delta_retention_ms < self._retention_ms:  # deltas serve live readers (S3.6)
+            fields["deltas"] = str(view.updated_at_ms + self._delta_retention_ms)
+        if release:
+            fields["release"] = "1"  # the driver's lease goes with it
+        return fields
 
     async def _stored(self, job_id: str, events: Sequence[JobEvent], view: JobView) -> list[bytes]:
         """The entries of `events`: relayed Hermes events of the job's accepted run packed (broker/codec.py) when

@@ -18,6 +18,9 @@ from broker.store import keys
 from broker.store.durability import Durability
 from broker.store.scripts import Args, Scripts, as_strings, ring_jobs, run_many
 
+#: At most this many leases released by terminal writes are remembered until their owners release them.
+MAX_ENDED = 10_000
+
 
 def new_token() -> str:
     return secrets.token_hex(12)
@@ -28,6 +31,15 @@ class Leases:
         self._redis = redis
         self._scripts = Scripts(redis, durability)
         self.lease_ms = lease_ms
+        #: (job, token) of leases the job's terminal write released (append_events.lua `release`), until the
+        #: owner's release: renewing them reports them held, releasing them costs no round trip
+        self._ended: set[tuple[str, str]] = set()
+
+    def released(self, job_id: str, token: str) -> None:
+        """The job's terminal write released `token`'s lease (and took the job off the due schedule)."""
+        if len(self._ended) >= MAX_ENDED:  # owners that never released (a drain): forget them
+            self._ended.clear()
+        self._ended.add((job_id, token))
 
     async def acquire(self, job_id: str, token: str, now_ms: int) -> bool:
         acquired = await self._scripts.acquire_lease(
@@ -47,14 +59,19 @@ class Leases:
         """Renew every (job, token) lease of a replica in one pipeline (one round trip per node); True for
         each lease still held."""
         deadline = now_ms + self.lease_ms
+        live = [lease for lease in held if lease not in self._ended]  # an ended job's runner is finishing
         calls: list[tuple[list[str], Args]] = [
             ([keys.lease(job_id), keys.due(keys.partition_of(job_id))], [token, self.lease_ms, job_id, deadline])
-            for job_id, token in held
+            for job_id, token in live
         ]
-        return [cast(int, reply) == 1 for reply in await run_many(self._redis, self._scripts.renew_lease, calls)]
+        renewed = dict(zip(live, await run_many(self._redis, self._scripts.renew_lease, calls), strict=True))
+        return [lease not in renewed or cast(int, renewed[lease]) == 1 for lease in held]
 
     async def release(self, job_id: str, token: str, *, due_at_ms: int | None, enqueue: bool = False) -> bool:
         """Give the job up; `due_at_ms=None` means it is finished and leaves the schedule."""
+        if (job_id, token) in self._ended:  # its terminal write released it already; the job is done
+            self._ended.discard((job_id, token))
+            return True
         released = await self._scripts.run(
             self._scripts.release_lease,
             keys=[keys.lease(job_id), keys.due(keys.partition_of(job_id))],

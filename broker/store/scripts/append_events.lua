@@ -41,6 +41,9 @@
 --   joined     with 'enter': {channel, message}: published so every replica's next admission pass reads
 --              the job's partition (broker/store/signals.py; PUBLISH names no key)
 --   deltas     present (with `expire`): when the job's message deltas are removed (epoch ms, S3.6)
+--   release    present (with `expire` and a `token`): the job ends in its driver's write: its run lease
+--              (KEYS[3]) is released and the job leaves the due schedule (KEYS[4]) here, as release_lease.lua
+--              would right after (one round trip less)
 --   runs       present: [field, run id, ...] of the view hash: the Hermes run id of each attempt accepted
 --              in this write or whose events it stores packed (broker/codec.py: they leave it out)
 --   board      present: a new board version {at, change ('1' = state change), expire (epoch ms),
@@ -129,6 +132,10 @@ end
 if w.expire then
   redis.call('PEXPIRE', KEYS[1], w.retention)
   redis.call('PEXPIRE', KEYS[2], w.retention)
+  if w.release and w.token ~= '' then  -- the fence above read KEYS[3]: it is this token's
+    redis.call('DEL', KEYS[3])
+    redis.call('ZREM', KEYS[4], w.job)
+  end
 elseif w.index and w.expect ~= '$new' and redis.call('PERSIST', KEYS[2]) == 1 then
   redis.call('PERSIST', KEYS[1])
 end

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from redis.asyncio import Redis
 
+from broker.events import JobCreated, JobEvent, JobFinished, JobStatus, RunAccepted
 from broker.ids import new_job_id
 from broker.store import keys
+from broker.store.jobs import JobStore
 from broker.store.leases import Leases
+from projections.job import JobView, fold
 from tests.conftest import BOTH_BACKENDS
 
 pytestmark = BOTH_BACKENDS
@@ -29,3 +32,34 @@ async def test_renewing_every_lease_at_once_keeps_the_held_ones_and_reports_the_
         assert due == (51_000 if job_id != stolen else 2_000)  # renewed: due when the new lease would lapse
     assert await redis.get(keys.lease(stolen)) == "another-replica"
     assert await leases.renew_many([], 50_000) == []
+
+
+async def test_the_drivers_terminal_write_releases_its_lease_and_the_owner_release_is_free(redis: Redis) -> None:
+    job = "job_11111111111111111111111111111111"
+    created = JobCreated(job_id=job, at_ms=1_000, body='{"input":"x"}', fingerprint="f" * 64, idempotency_key="k")
+    store, leases = JobStore(redis, retention_ms=60_000), Leases(redis, lease_ms=1_000)
+    last = (await store.create(created, _fold(created))).snapshot.last_id
+    assert await leases.acquire(job, "token-a", 2_000)
+    accepted = RunAccepted(job_id=job, at_ms=2_001, attempt=1, hermes_run_id="run_1")
+    last = (
+        await store.append(job, [accepted], _fold(created, accepted), expected_last_id=last, lease_token="token-a")
+    )[-1]
+    assert await redis.get(keys.lease(job)) == "token-a"  # a write that does not end the job keeps it
+    done = JobFinished(job_id=job, at_ms=2_002, status=JobStatus.COMPLETED, attempt=1, output="o")
+    view = _fold(created, accepted, done)
+
+    await store.append(job, [done], view, expected_last_id=last, lease_token="token-a", release=True)
+    leases.released(job, "token-a")
+
+    assert await redis.exists(keys.lease(job)) == 0
+    assert await redis.zscore(keys.due(keys.partition_of(job)), job) is None
+    assert await leases.renew_many([(job, "token-a")], 3_000) == [True]  # its runner is finishing: not lost
+    assert await redis.exists(keys.lease(job)) == 0
+    assert await leases.release(job, "token-a", due_at_ms=None)
+    assert not await leases.release(job, "token-a", due_at_ms=None)  # once: then it is an ordinary release
+
+
+def _fold(*events: JobEvent) -> JobView:
+    view = fold(events)
+    assert view is not None
+    return view

@@ -327,3 +327,21 @@ def test_the_terminal_event_is_the_job_s_last_even_when_deltas_were_dropped_with
     assert type(events[-1]).__name__ == "JobFinished"
     dropped = sum(getattr(event, "count", 0) for event in events if type(event).__name__ == "DeltasDropped")
     assert dropped == max(0, deltas - max(0, cap - view.event_count))
+
+
+def test_a_deny_names_the_command_asked_for_earlier_in_the_same_batch() -> None:
+    # Given a running job, When one batch brings an approval request and its denial
+    created = JobCreated(job_id=JOB, at_ms=1, body="{}", fingerprint="f")
+    view = fold([created, RunAccepted(job_id=JOB, at_ms=2, attempt=1, hermes_run_id="run_1")])
+    assert view is not None
+    items = [
+        HermesEvent("approval.request", {"event": "approval.request", "command": "rm -rf /tmp/x"}),
+        HermesEvent("message.delta", {"event": "message.delta", "delta": "x"}),
+        HermesEvent("approval.responded", {"event": "approval.responded", "choice": "deny"}),
+    ]
+    events = decide.on_events(view, 1, "run_1", items, 10, POLICY)
+    # Then the denial names that command, and the job stops
+    assert [type(event).__name__ for event in events][-1] == "ApprovalDenied"
+    assert getattr(events[-1], "command", None) == "rm -rf /tmp/x"
+    after = fold(events, view)
+    assert after is not None and after.status is JobStatus.STOPPING and after.event_count == view.event_count + 4

@@ -1,0 +1,74 @@
+"""The script calls of one loop turn go out in one pipeline (broker/store/batch.py): each gets its own reply
+in order, a script's error fails only its call, and a Redis that forgot its scripts has them loaded again."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from redis.asyncio import Redis
+from redis.exceptions import ResponseError
+
+from broker.store.batch import ScriptBatch
+from broker.store.connection import connect
+
+ECHO = "redis.call('RPUSH', KEYS[1], ARGV[1]) return ARGV[1]"
+FAIL = "return redis.error_reply('no ' .. ARGV[1])"
+
+
+async def test_calls_of_one_turn_get_their_own_replies_in_order(redis: Redis) -> None:
+    batch = ScriptBatch(redis)
+    echo, fail = redis.register_script(ECHO), redis.register_script(FAIL)
+
+    replies = await asyncio.gather(
+        *(batch.run(echo, ["{batch}:order"], [str(n)]) for n in range(5)),
+        batch.run(fail, ["{batch}:order"], ["luck"]),
+        batch.run(echo, ["{batch}:order"], ["5"]),
+        return_exceptions=True,
+    )
+
+    assert replies[:5] == ["0", "1", "2", "3", "4"] and replies[6] == "5"
+    assert isinstance(replies[5], ResponseError) and "no luck" in str(replies[5])
+    assert await redis.lrange("{batch}:order", 0, -1) == ["0", "1", "2", "3", "4", "5"]  # sent in call order
+
+
+async def test_a_lone_call_and_a_batch_after_a_script_flush(redis: Redis) -> None:
+    batch = ScriptBatch(redis)
+    echo = redis.register_script(ECHO)
+    assert await batch.run(echo, ["{batch}:alone"], ["a"]) == "a"
+
+    await redis.script_flush()  # a restarted Redis: the calls load the script and go again
+    replies = await asyncio.gather(*(batch.run(echo, ["{batch}:again"], [str(n)]) for n in range(3)))
+
+    assert replies == ["0", "1", "2"]
+    assert await redis.lrange("{batch}:again", 0, -1) == ["0", "1", "2"]
+    with pytest.raises(ResponseError):
+        await batch.run(redis.register_script(FAIL), ["{batch}:alone"], ["way"])
+
+
+def test_a_batch_left_on_a_stopped_loop_does_not_hold_up_the_next(redis_target: tuple[str, bool]) -> None:
+    url, cluster = redis_target
+    client = connect(url, cluster=cluster)  # no connection is made before the second loop
+    batch, echo = ScriptBatch(client), client.register_script(ECHO)
+
+    async def stopped_before_it_went() -> None:
+        call = asyncio.create_task(batch.run(echo, ["{batch}:loops"], ["lost"]))
+        await asyncio.sleep(0)  # the call joined a batch that has not gone yet
+        for task in asyncio.all_tasks() - {asyncio.current_task()}:
+            task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+
+    async def next_call() -> object:
+        try:
+            return await asyncio.wait_for(batch.run(echo, ["{batch}:loops"], ["next"]), 10)
+        finally:
+            await client.aclose()
+
+    first, second = asyncio.new_event_loop(), asyncio.new_event_loop()
+    try:
+        first.run_until_complete(stopped_before_it_went())
+        assert second.run_until_complete(next_call()) == "next"
+    finally:
+        first.close()
+        second.close()
