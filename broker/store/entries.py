@@ -19,8 +19,9 @@ from redis.asyncio import Redis
 
 from broker.codec import Packed, read_entry
 from broker.events import JobEvent, RunAccepted
+from broker.logging import get_logger
 from broker.store import keys
-from broker.store.outage import REDIS_FAILURES
+from broker.store.outage import is_outage
 
 Raw = Sequence[tuple[str, dict[str, str]]]
 CACHED_RUNS = 65_536  #: (job, attempt) -> run id pairs a reader keeps
@@ -109,9 +110,11 @@ class EventFormat:
         try:
             self._checked = time.monotonic()
             self._packed = await self._redis.get(keys.EVENT_FORMAT) == keys.PACKED
-        except REDIS_FAILURES:
+        except Exception as error:
             if self._looking is None:
                 raise  # the first look: the write cannot know its format
+            if not is_outage(error):  # behind a write's back, in a task nobody awaits: nothing may escape
+                get_logger(type(self)).error("Could not read the store's event format.", exc_info=error)
         finally:
             self._looking = None
 

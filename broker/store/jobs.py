@@ -15,13 +15,14 @@ from broker.admission import fair
 from broker.codec import decode, decode_board, decode_view, encode, encode_board, encode_view, pack
 from broker.errors import JobNotFound, LeaseLost, StreamConflict
 from broker.events import HermesEventRecorded, JobCreated, JobEvent, JobStatus, RunAccepted
+from broker.logging import get_logger
 from broker.store import keys, signals
 from broker.store.batch import ScriptBatch
 from broker.store.connection import is_cluster
 from broker.store.durability import Durability
 from broker.store.entries import Entries, EventFormat
 from broker.store.line_state import read_virtual
-from broker.store.outage import REDIS_FAILURES
+from broker.store.outage import is_outage
 from broker.store.scripts import Scripts, as_strings, ring_work
 from projections.board import BoardState
 from projections.job import JobView, fold
@@ -131,8 +132,9 @@ class JobStore:
     async def _refresh_virtual(self, now_ms: int) -> None:
         try:
             self._virtual.learn(await read_virtual(self._redis), now_ms)
-        except REDIS_FAILURES:
-            pass  # the next create past the refresh interval tries again
+        except Exception as error:  # a task of its own: nobody awaits it, so nothing may escape
+            if not is_outage(error):  # an outage: the next create past the refresh interval tries again
+                get_logger(type(self)).error("Could not refresh the line's virtual time.", exc_info=error)
         finally:
             self._refreshing = None
 
