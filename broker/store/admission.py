@@ -36,6 +36,7 @@ from redis.asyncio import Redis
 
 from broker.admission import fair
 from broker.admission.heads import DEPTH, KnownHeads
+from broker.admission.known_slots import KnownSlots
 from broker.admission.route import route, take
 from broker.admission.state import INITIAL_LIMIT, QUIET_MS, LineState
 from broker.codec import decode_view
@@ -121,6 +122,7 @@ class AdmissionStore:
         self._affinity = affinity  #: sessions' upstreams (SPEC S10); None: no affinity
         self.virtual = virtual or fair.VirtualTimes()  #: V per priority, learnt with every pass (SPEC S4.2)
         self._drifted: list[int] = []  #: partitions read with an empty line but counts of waiting jobs
+        self._slots = KnownSlots()  #: the slots this replica granted, and the acceptances it wrote
         self._known = KnownHeads()  #: the lines' first jobs as last read here, and which lines changed since
         self._full_read_at = -FULL_READ_MS  #: when a pass last read every partition (epoch ms)
         #: jobs bound to a busy upstream (SPEC S10), left in line by this replica's passes while it has no room
@@ -163,6 +165,7 @@ class AdmissionStore:
             if choice.upstream is not None:
                 standings = take(standings, choice.upstream)
                 routed.setdefault(choice.upstream, []).append((job_id, place))
+                self._slots.granted(job_id, self.upstream(choice.upstream).name, now_ms)
                 self._parked.pop(job_id, None)
             elif need.bound is not None:
                 self._park(job_id, need.bound)
@@ -307,10 +310,12 @@ class AdmissionStore:
 
     async def accepted(self, job_id: str, now_ms: int, *, upstream: str | None = None) -> Acceptance:
         p, at = self.pacing, self.upstream(upstream)
+        renew = "0" if self._slots.fresh(job_id, at.name, now_ms, p.slot_ttl_ms) else "1"
         reply = await self._scripts.admission_accepted(
             keys=at.keys.scripts,
-            args=[job_id, now_ms, at.pinned, p.quiet_ms, INITIAL_LIMIT, p.slot_ttl_ms],
+            args=[job_id, now_ms, at.pinned, p.quiet_ms, INITIAL_LIMIT, p.slot_ttl_ms, renew],
         )
+        self._slots.accepted(job_id)
         limit, grew, ended = (int(x) for x in cast(list[int], reply))
         return Acceptance(limit, grew == 1, ended == 1)
 
@@ -328,6 +333,7 @@ class AdmissionStore:
     ) -> Refusal:
         """The job goes back to its place (`place` when its slot no longer knows it); the upstream learns."""
         p, at = self.pacing, self.upstream(upstream)
+        self._slots.forget(job_id)
         reply = await self._scripts.admission_refused(
             keys=at.keys.scripts,
             args=[
@@ -351,13 +357,15 @@ class AdmissionStore:
 
     async def release(self, job_id: str, *, freed: bool, upstream: str | None = None) -> bool:
         """Give the job's slot up; True when this ended a refusal (a settled run freed the slot)."""
+        in_flight = "1" if self._slots.in_flight(job_id) else "0"
         reply = await self._scripts.admission_release(
             keys=self.upstream(upstream).keys.scripts,
-            args=[job_id, "1" if freed else "0"],
+            args=[job_id, "1" if freed else "0", in_flight],
         )
         return int(cast(list[int], reply)[1]) == 1
 
     async def requeue(self, job_id: str, place: str, *, upstream: str | None = None) -> None:
+        self._slots.forget(job_id)
         back = await self._scripts.admission_requeue(keys=self.upstream(upstream).keys.scripts, args=[job_id, place])
         await self.enter(job_id, back.decode() if isinstance(back, bytes) else str(back))
 
