@@ -56,6 +56,8 @@ from projections.job import JobView
 
 #: How often a pass reads every partition's line (else only those known to hold waiting jobs).
 FULL_READ_MS = 500
+#: How often a full read also looks for counts of waiting jobs left beside an empty line (an older broker's drift).
+DRIFT_CHECK_MS = 10_000
 #: Claim rounds of one pass at most: a head known here that is gone sends the pass back to read its line.
 CLAIM_ROUNDS = 3
 #: Most jobs a replica remembers as waiting for a busy upstream (SPEC S10), not to claim them while it has no room.
@@ -125,6 +127,7 @@ class AdmissionStore:
         self._slots = KnownSlots()  #: the slots this replica granted, and the acceptances it wrote
         self._known = KnownHeads()  #: the lines' first jobs as last read here, and which lines changed since
         self._full_read_at = -FULL_READ_MS  #: when a pass last read every partition (epoch ms)
+        self._drift_checked_at = -DRIFT_CHECK_MS
         #: jobs bound to a busy upstream (SPEC S10), left in line by this replica's passes while it has no room
         self._parked: dict[str, str] = {}
 
@@ -190,7 +193,7 @@ class AdmissionStore:
         for attempt in range(CLAIM_ROUNDS):
             wanted = most - len(taken)
             skipped = parked | tried
-            read = await self._heads(wanted + len(skipped), full=full and attempt == 0)
+            read = await self._heads(wanted + len(skipped), now_ms, full=full and attempt == 0)
             heads = [head for head in read if head[0] not in skipped][:wanted]
             if not heads:
                 break
@@ -231,7 +234,7 @@ class AdmissionStore:
         """A job is (back) in the line: the next pass reads its partition."""
         self._known.changed(keys.partition_of(job_id))
 
-    async def _heads(self, most: int, *, full: bool) -> list[tuple[str, str, int]]:
+    async def _heads(self, most: int, now_ms: int, *, full: bool) -> list[tuple[str, str, int]]:
         """The first `most` waiting jobs over the lines, in line order, as (job, a new lease token, partition): the
         lines read are every line (`full`), or those that may have changed since this replica last read them
         (broker/admission/heads.py). When jobs of one score are among the heads it reaches, one more read orders
@@ -247,7 +250,8 @@ class AdmissionStore:
             lines = {partition: _scored(reply) for partition, reply in zip(read, replies, strict=True)}
             for partition, line in lines.items():
                 self._known.read(partition, line, depth)
-            if full:
+            if full and now_ms - self._drift_checked_at >= DRIFT_CHECK_MS:
+                self._drift_checked_at = now_ms
                 await self._check_drift([partition for partition, line in lines.items() if not line])
         merged = self._known.merged()
         tied = fair.tied_at_cut(merged, most)
