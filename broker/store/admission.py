@@ -6,7 +6,7 @@ per partition (`hbr:{pN}:line`, entered and left by the job write). A pass (`adm
 however many jobs it grants:
   1. reserves up to n slots in `{adm}` (admission_admit.lua: the limit, probe pacing; a reservation counts
      against the limit but is no live run); none: done (one round trip at the limit);
-  2. reads the heads of the partition lines (one pipeline, n each) and merges them by score (SPEC S4.2: the
+  2. reads the heads of the lines that may have changed (one pipeline) and merges them by score (SPEC S4.2: the
      score is a job's priority band and start tag; heads that share a score are read whole and ordered by
      arrival, admission_ties.lua, one more round trip only then);
   3. claims the first n heads (admission_claim.lua per head, in one pipeline; each in the job's slot: off
@@ -18,10 +18,12 @@ A crash between steps loses nothing: a reservation expires by itself (RUNS_LEASE
 due for takeover. A slot is keyed by its job: the job's run lease decides who holds it, its expiry
 (renewed with the lease) returns a dead replica's slots within RUNS_LEASE.
 
-Step 2 reads every partition at most every FULL_READ_MS; in between, only the partitions this replica knows
-to hold waiting jobs: seen at its last read, named by a `line J` message (the create's write publishes it to
-every replica, `heard`), or of a job that went back in line here. A pass of a short line then costs a few
-reads instead of 64; a job that went back in line at another replica is seen by the next full read.
+Step 2 reads every partition's line at most every FULL_READ_MS; in between, only the lines that may have
+changed since this replica read them (broker/admission/heads.py keeps their first jobs): a job joined (a `line J`
+message, which the create's write and `enter` publish to every replica), or a head it tried to claim was gone
+(another replica took it: the pass reads that line again and claims on, CLAIM_ROUNDS at most), or the pass needs more
+of a long line than it knows. A pass of a long line then costs the reads of the lines that changed instead of 64;
+an older replica's requeue (it publishes nothing) is seen by the next full read.
 """
 
 from __future__ import annotations
@@ -33,16 +35,18 @@ from attrs import frozen
 from redis.asyncio import Redis
 
 from broker.admission import fair
+from broker.admission.heads import DEPTH, KnownHeads
+from broker.admission.known_slots import KnownSlots
 from broker.admission.route import Need, route, take
 from broker.admission.state import INITIAL_LIMIT, QUIET_MS, LineState
 from broker.codec import decode_view
 from broker.config import Config
 from broker.events import HoldReason
-from broker.store import keys
+from broker.store import keys, signals
 from broker.store.affinity import Affinity
 from broker.store.grants import Acceptance, Grant, Grants, Refusal
 from broker.store.leases import new_token
-from broker.store.line_state import read_line_state
+from broker.store.line_state import read_line_state, read_needs
 from broker.store.replies import ints_and_ids as _ints_and_ids
 from broker.store.replies import scored as _scored
 from broker.store.replies import text as _text
@@ -52,8 +56,28 @@ from projections.job import JobView
 
 #: How often a pass reads every partition's line (else only those known to hold waiting jobs).
 FULL_READ_MS = 500
+#: How often a full read also looks for counts of waiting jobs left beside an empty line (an older broker's drift).
+DRIFT_CHECK_MS = 10_000
+#: Claim rounds of one pass at most: a head known here that is gone sends the pass back to read its line.
+CLAIM_ROUNDS = 3
 #: Most jobs a replica remembers as waiting for a busy upstream (SPEC S10), not to claim them while it has no room.
 MAX_PARKED = 10_000
+
+
+#: A claimed job: (job, lease token, stored view fields, JobCreated JSON, place, view).
+_Taken = tuple[str, str, dict[str, str], str | None, str, JobView | None]
+
+
+def _taken(job_id: str, lease_token: str, claimed: list[object]) -> _Taken:
+    """A claimed job from admission_claim.lua's reply."""
+    stored = {
+        name: _text(value)
+        for name, value in zip(("state", "last_id", "board"), claimed[2:5], strict=False)
+        if value is not None
+    }
+    created = _text(claimed[5]) if len(claimed) > 5 and claimed[5] is not None else None
+    view = decode_view(stored["state"]) if "state" in stored else None
+    return (job_id, lease_token, stored, created, _text(claimed[1]), view)
 
 
 @frozen(kw_only=True)
@@ -100,9 +124,10 @@ class AdmissionStore:
         self._affinity = affinity  #: sessions' upstreams (SPEC S10); None: no affinity
         self.virtual = virtual or fair.VirtualTimes()  #: V per priority, learnt with every pass (SPEC S4.2)
         self._drifted: list[int] = []  #: partitions read with an empty line but counts of waiting jobs
-        self._waiting: set[int] = set()  #: partitions last seen (or heard) with waiting jobs, by this replica
-        self._heard: set[int] = set()  #: partitions heard of since the last read began (it may predate the job)
+        self._slots = KnownSlots()  #: the slots this replica granted, and the acceptances it wrote
+        self._known = KnownHeads()  #: the lines' first jobs as last read here, and which lines changed since
         self._full_read_at = -FULL_READ_MS  #: when a pass last read every partition (epoch ms)
+        self._drift_checked_at = -DRIFT_CHECK_MS
         #: jobs bound to a busy upstream (SPEC S10), left in line by this replica's passes while it has no room
         self._parked: dict[str, str] = {}
 
@@ -110,7 +135,7 @@ class AdmissionStore:
         """Take up to `most` jobs off the heads of the lines, oldest first, each with a slot and its run
         lease, as far as the limit allows."""
         full = now_ms - self._full_read_at >= FULL_READ_MS
-        if not full and not self._waiting:
+        if not full and not self._known.any_waiting():
             return Grants([], None)  # no waiting job known here: the next full read looks again
         p, token = self.pacing, new_token()
         replies = await run_many(  # every upstream's own slot (SPEC S10); one script in one round trip for one URL
@@ -131,39 +156,7 @@ class AdmissionStore:
             self._full_read_at = now_ms
         roomless = {a.upstream.name for a in answers if not a.reservations}
         parked = {job_id for job_id, upstream in self._parked.items() if upstream in roomless}
-        read = await self._heads(min(count, most) + len(parked), keys.partitions() if full else sorted(self._waiting))
-        heads = [head for head in read if head[0] not in parked][: min(count, most)]
-        claims = await run_many(
-            self._redis,
-            self._scripts.admission_claim,
-            [
-                (
-                    [
-                        keys.line(partition),
-                        keys.lease(job_id),
-                        keys.due(partition),
-                        keys.view(job_id),
-                        keys.events(job_id),
-                        keys.fair(partition),
-                    ],
-                    [job_id, token, p.slot_ttl_ms, now_ms + p.slot_ttl_ms],
-                )
-                for job_id, token, partition in heads
-            ],
-        )
-        taken: list[tuple[str, str, dict[str, str], str | None, str, JobView | None]] = []
-        for (job_id, lease_token, _), claim in zip(heads, claims, strict=True):
-            claimed = cast(list[object], claim)
-            if claimed[0] != 1:
-                continue  # another replica took it (or drives it): it is not granted here
-            stored = {
-                name: _text(value)
-                for name, value in zip(("state", "last_id", "board"), claimed[2:5], strict=False)
-                if value is not None
-            }
-            created = _text(claimed[5]) if len(claimed) > 5 and claimed[5] is not None else None
-            view = decode_view(stored["state"]) if "state" in stored else None
-            taken.append((job_id, lease_token, stored, created, _text(claimed[1]), view))
+        taken = await self._claim(min(count, most), parked, now_ms, full=full)
         sessions = [v.session_id for *_, v in taken if v is not None and v.attempt == 1 and v.session_id]
         affinities = await self._affinity.of(sessions) if self._affinity is not None and sessions else {}
         grants: list[Grant] = []
@@ -175,6 +168,7 @@ class AdmissionStore:
             if choice.upstream is not None:
                 standings = take(standings, choice.upstream)
                 routed.setdefault(choice.upstream, []).append((job_id, place))
+                self._slots.granted(job_id, self.upstream(choice.upstream).name, now_ms)
                 self._parked.pop(job_id, None)
             elif need.bound is not None:
                 self._park(job_id, need.bound)
@@ -190,6 +184,34 @@ class AdmissionStore:
             ]
             await run_many(self._redis, self._scripts.admission_fair_clear, calls)
         return Grants(grants, wake or None)
+
+    async def _claim(self, most: int, parked: set[str], now_ms: int, *, full: bool) -> list[_Taken]:
+        """Claim up to `most` heads of the lines (none of `parked`); a known head that is gone (another replica took
+        it, or it was stopped) sends the pass back to read its line, CLAIM_ROUNDS times at most."""
+        taken: list[_Taken] = []
+        tried: set[str] = set()
+        for attempt in range(CLAIM_ROUNDS):
+            wanted = most - len(taken)
+            skipped = parked | tried
+            read = await self._heads(wanted + len(skipped), now_ms, full=full and attempt == 0)
+            heads = [head for head in read if head[0] not in skipped][:wanted]
+            if not heads:
+                break
+            claims = await run_many(self._redis, self._scripts.admission_claim, self._claim_calls(heads, now_ms))
+            lost = False
+            for (job_id, lease_token, partition), claim in zip(heads, claims, strict=True):
+                claimed = cast(list[object], claim)
+                tried.add(job_id)
+                if claimed[0] == 1:
+                    taken.append(_taken(job_id, lease_token, claimed))
+                    self._known.taken(job_id, partition, gone=False)
+                elif claimed[0] == 0:  # not in the line any more: another replica took it, or it was stopped
+                    self._known.taken(job_id, partition, gone=True)
+                    lost = True
+                # -1: another replica drives it (it stays in the line): not granted here
+            if not lost or len(taken) >= most:
+                break
+        return taken
 
     async def heard_from(self, upstream: str, *, answered_ms: int, failed_ms: int) -> None:
         """A replica's calls to the upstream last got an answer, and last got none, then (SPEC S10 lost upstreams)."""
@@ -210,41 +232,61 @@ class AdmissionStore:
 
     def heard(self, job_id: str) -> None:
         """A job is (back) in the line: the next pass reads its partition."""
-        partition = keys.partition_of(job_id)
-        self._waiting.add(partition)
-        self._heard.add(partition)
+        self._known.changed(keys.partition_of(job_id))
 
-    async def _heads(self, most: int, partitions: Iterable[int]) -> list[tuple[str, str, int]]:
-        """The first `most` waiting jobs over the lines of `partitions`, in line order, as (job, a new lease
-        token, partition); what is left in each line is remembered for the next pass. When jobs of one score are
-        among the heads it reaches, one more read orders them by arrival (their created ms)."""
-        read = list(partitions)
-        full = len(read) == keys.PARTITIONS
-        self._heard.clear()
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for partition in read:  # raw: redis-py's pairing of scores cost more than the read itself
-                pipe.execute_command("ZRANGE", keys.line(partition), 0, most - 1, "WITHSCORES")
-                if full:
-                    pipe.exists(keys.fair(partition))
-            replies = await pipe.execute()
-        step = 2 if full else 1
-        lines = {partition: _scored(reply) for partition, reply in zip(read, replies[::step], strict=True)}
-        if full:
-            self._drifted = [p for p, counted in zip(read, replies[1::2], strict=True) if counted and not lines[p]]
-        merged = sorted((score, job_id, partition) for partition, line in lines.items() for job_id, score in line)
+    async def _heads(self, most: int, now_ms: int, *, full: bool) -> list[tuple[str, str, int]]:
+        """The first `most` waiting jobs over the lines, in line order, as (job, a new lease token, partition): the
+        lines read are every line (`full`), or those that may have changed since this replica last read them
+        (broker/admission/heads.py). When jobs of one score are among the heads it reaches, one more read orders
+        them by arrival (their created ms)."""
+        read = list(keys.partitions()) if full else self._known.to_read(most)
+        depth = max(most, DEPTH)
+        if read:
+            self._known.reading(read)
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for partition in read:  # raw: redis-py's pairing of scores cost more than the read itself
+                    pipe.execute_command("ZRANGE", keys.line(partition), 0, depth - 1, "WITHSCORES")
+                replies = await pipe.execute()
+            lines = {partition: _scored(reply) for partition, reply in zip(read, replies, strict=True)}
+            for partition, line in lines.items():
+                self._known.read(partition, line, depth)
+            if full and now_ms - self._drift_checked_at >= DRIFT_CHECK_MS:
+                self._drift_checked_at = now_ms
+                await self._check_drift([partition for partition, line in lines.items() if not line])
+        merged = self._known.merged()
         tied = fair.tied_at_cut(merged, most)
         if tied:  # jobs of one tag (keys without a turn, between two grants) among the heads: the oldest go first
             merged = await self._by_arrival(merged, tied, most)
-        heads = [(job_id, new_token(), partition) for _, job_id, partition in merged[:most]]
-        taken = {partition: 0 for partition in read}
-        for _, _, partition in heads:
-            taken[partition] += 1
-        for partition, line in lines.items():
-            if len(line) > taken[partition] or len(line) == most:  # jobs stay there (or may: it was read to n)
-                self._waiting.add(partition)
-            elif partition not in self._heard:  # a job heard of while the read was on its way may be newer
-                self._waiting.discard(partition)
-        return heads
+        return [(job_id, new_token(), partition) for _, job_id, partition in merged[:most]]
+
+    async def _check_drift(self, empty: list[int]) -> None:
+        """Remember the partitions read with an empty line but counts of waiting jobs (cleared after the pass)."""
+        if not empty:
+            return
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for partition in empty:
+                pipe.exists(keys.fair(partition))
+            counted = await pipe.execute()
+        self._drifted = [partition for partition, n in zip(empty, counted, strict=True) if n]
+
+    def _claim_calls(
+        self, heads: Sequence[tuple[str, str, int]], now_ms: int
+    ) -> list[tuple[list[str], list[str | int]]]:
+        ttl = self.pacing.slot_ttl_ms
+        return [
+            (
+                [
+                    keys.line(partition),
+                    keys.lease(job_id),
+                    keys.due(partition),
+                    keys.view(job_id),
+                    keys.events(job_id),
+                    keys.fair(partition),
+                ],
+                [job_id, lease_token, ttl, now_ms + ttl],
+            )
+            for job_id, lease_token, partition in heads
+        ]
 
     async def _by_arrival(self, merged: list[fair.Head], tied: list[fair.Head], most: int) -> list[fair.Head]:
         """`merged` with the jobs of the tied score in arrival order (created ms): the oldest `most` of that score
@@ -272,10 +314,12 @@ class AdmissionStore:
 
     async def accepted(self, job_id: str, now_ms: int, *, upstream: str | None = None) -> Acceptance:
         p, at = self.pacing, self.upstream(upstream)
+        renew = "0" if self._slots.fresh(job_id, at.name, now_ms, p.slot_ttl_ms) else "1"
         reply = await self._scripts.admission_accepted(
             keys=at.keys.scripts,
-            args=[job_id, now_ms, at.pinned, p.quiet_ms, INITIAL_LIMIT, p.slot_ttl_ms],
+            args=[job_id, now_ms, at.pinned, p.quiet_ms, INITIAL_LIMIT, p.slot_ttl_ms, renew],
         )
+        self._slots.accepted(job_id)
         limit, grew, ended = (int(x) for x in cast(list[int], reply))
         return Acceptance(limit, grew == 1, ended == 1)
 
@@ -293,6 +337,7 @@ class AdmissionStore:
     ) -> Refusal:
         """The job goes back to its place (`place` when its slot no longer knows it); the upstream learns."""
         p, at = self.pacing, self.upstream(upstream)
+        self._slots.forget(job_id)
         reply = await self._scripts.admission_refused(
             keys=at.keys.scripts,
             args=[
@@ -316,13 +361,15 @@ class AdmissionStore:
 
     async def release(self, job_id: str, *, freed: bool, upstream: str | None = None) -> bool:
         """Give the job's slot up; True when this ended a refusal (a settled run freed the slot)."""
+        in_flight = "1" if self._slots.in_flight(job_id) else "0"
         reply = await self._scripts.admission_release(
             keys=self.upstream(upstream).keys.scripts,
-            args=[job_id, "1" if freed else "0"],
+            args=[job_id, "1" if freed else "0", in_flight],
         )
         return int(cast(list[int], reply)[1]) == 1
 
     async def requeue(self, job_id: str, place: str, *, upstream: str | None = None) -> None:
+        self._slots.forget(job_id)
         back = await self._scripts.admission_requeue(keys=self.upstream(upstream).keys.scripts, args=[job_id, place])
         await self.enter(job_id, back.decode() if isinstance(back, bytes) else str(back))
 
@@ -338,22 +385,18 @@ class AdmissionStore:
 
     async def enter(self, job_id: str, place: str) -> None:
         """Make sure a waiting job is in the line (jobs of an older broker, or after a lost write), counted among
-        its fairness key's waiting jobs when it was not."""
+        its fairness key's waiting jobs when it was not; every replica hears of it when it was not (`line J`)."""
         self.heard(job_id)
         partition = keys.partition_of(job_id)
-        await self._scripts.admission_enter(
+        entered = await self._scripts.admission_enter(
             keys=[keys.line(partition), keys.view(job_id), keys.fair(partition)], args=[job_id, place]
         )
+        if int(cast(int, entered)) == 1:  # the other replicas' passes read its line again (as for a create)
+            await self._redis.publish(keys.SIGNALS, signals.joined_message(job_id))
 
     async def needs(self, views: Sequence[JobView]) -> list[Need]:
-        """What routing needs of each waiting job (SPEC S10), as a pass would see it: the upstream it is bound to.
-        One pipeline for the sessions' affinities; nothing is read with one upstream."""
-        if len(self.upstreams) < 2:
-            return [Need() for _ in views]
-        sessions = [view.session_id for view in views if view.attempt == 1 and view.session_id]
-        affinities = await self._affinity.of(sessions) if self._affinity is not None and sessions else {}
-        first, grace = self.upstreams[0].name, self.pacing.affinity_grace_ms
-        return [need_of(view, first, affinities, grace) for view in views]
+        """What routing needs of each waiting job (SPEC S10), as a pass would see it (broker/store/line_state.py)."""
+        return await read_needs(views, self.upstreams, self._affinity, self.pacing.affinity_grace_ms)
 
     async def state(self, now_ms: int, *, lines: bool = True) -> LineState:
         """The shared figures (broker/store/line_state.py); without `lines` the 64 lines are not read."""

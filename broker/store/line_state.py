@@ -10,11 +10,14 @@ from typing import cast
 from redis.asyncio import Redis
 
 from broker.admission import fair
+from broker.admission.route import Need
 from broker.admission.state import LineState
 from broker.events import JobStatus
 from broker.store import keys
+from broker.store.affinity import Affinity
 from broker.store.replies import key_counts, scored
-from broker.store.upstream_admission import UpstreamSlots, figures
+from broker.store.upstream_admission import UpstreamSlots, figures, need_of
+from projections.job import JobView
 
 
 async def read_line_state(
@@ -72,3 +75,16 @@ async def read_virtual(redis: Redis) -> list[int]:
     """The virtual time of each priority (SPEC S4.2) as the admission state keeps it."""
     values = await redis.hmget(keys.ADMISSION_STATE, [f"v{priority}" for priority in fair.PRIORITIES])
     return [int(float(value or 0)) for value in values]
+
+
+async def read_needs(
+    views: Sequence[JobView], upstreams: Sequence[UpstreamSlots], affinity: Affinity | None, grace_ms: int
+) -> list[Need]:
+    """What routing needs of each waiting job (SPEC S10), as a pass would see it: the upstream it is bound to
+    (a waiting job shows that upstream's hold). One pipeline for the sessions' affinities; nothing is read with one
+    upstream."""
+    if len(upstreams) < 2:
+        return [Need() for _ in views]
+    sessions = [view.session_id for view in views if view.attempt == 1 and view.session_id]
+    affinities = await affinity.of(sessions) if affinity is not None and sessions else {}
+    return [need_of(view, upstreams[0].name, affinities, grace_ms) for view in views]

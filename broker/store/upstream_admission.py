@@ -65,6 +65,7 @@ class Reserved:
     virtual: list[int]  #: V per priority as its state keeps it (read from the first upstream's only)
     standing: Standing  #: what routing reads (SPEC S10)
     reservations: list[str]
+    probing: bool = True  #: it refused as the reservation was made: one reservation may be its probe
 
 
 def reserved(upstream: UpstreamSlots, reply: list[str], now_ms: int, lost_ms: int) -> Reserved:
@@ -79,7 +80,9 @@ def reserved(upstream: UpstreamSlots, reply: list[str], now_ms: int, lost_ms: in
         refusing_since_ms=int(reply[9] or 0),
         lost=is_lost(reply[10], reply[11], now_ms, lost_ms),
     )
-    return Reserved(upstream, int(reply[0]), [int(float(tag)) for tag in reply[1:6]], standing, reply[12:])
+    return Reserved(
+        upstream, int(reply[0]), [int(float(tag)) for tag in reply[1:6]], standing, reply[12:], refusing != ""
+    )
 
 
 def need_of(view: JobView | None, first: str, affinities: Mapping[str, str], grace_ms: int) -> Need:
@@ -112,6 +115,18 @@ def grant_calls(
         unused = answer.reservations[len(jobs) :]
         others: list[str] = elsewhere if index == 0 else []
         calls.append(
-            (answer.upstream.keys.reserving, [now_ms, slot_ttl_ms, len(jobs), len(unused), *triples, *unused, *others])
+            (
+                answer.upstream.keys.reserving,
+                [
+                    now_ms,
+                    slot_ttl_ms,
+                    len(jobs),
+                    len(unused),
+                    "1" if answer.probing else "0",
+                    *triples,
+                    *unused,
+                    *others,
+                ],
+            )
         )
     return calls

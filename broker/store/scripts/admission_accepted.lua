@@ -4,10 +4,13 @@
 -- KEYS[1] admission state hash   KEYS[2] live zset   KEYS[3] slots hash
 --   (one slot: the upstream's, {adm} for the first of HERMES_URL, {adm:<name>} for the others, SPEC S10)
 -- ARGV[1] job   ARGV[2] now (epoch ms)   ARGV[3] pinned limit (0 = learnt)   ARGV[4] quiet ms
--- ARGV[5] a learnt limit's start   ARGV[6] slot ttl ms
+-- ARGV[5] a learnt limit's start   ARGV[6] slot ttl ms   ARGV[7] '0': the caller granted the slot less than half a
+-- ttl ago (it is live, unexpired: not renewed here; absent or '1': renewed)
 -- Returns {limit, 1 if the limit grew, 1 if this ended a refusal}
 local job, now = ARGV[1], tonumber(ARGV[2])
-redis.call('ZADD', KEYS[2], now + tonumber(ARGV[6]), job)
+if ARGV[7] ~= '0' then
+  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[6]), job)
+end
 redis.call('HDEL', KEYS[3], job) -- its create is no longer in flight
 local s = redis.call('HMGET', KEYS[1], 'limit', 'ceiling', 'changed_at', 'refusing')
 local ended = 0

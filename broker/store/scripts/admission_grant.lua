@@ -10,11 +10,13 @@
 -- KEYS[1] admission state hash   KEYS[2] live zset   KEYS[3] slots hash   KEYS[4] reserved zset
 --   (one slot: the upstream's, {adm} for the first of HERMES_URL, {adm:<name>} for the others, SPEC S10)
 -- ARGV[1] now (epoch ms)   ARGV[2] slot ttl ms   ARGV[3] g, the number of grants   ARGV[4] u, of unused ones
--- ARGV[5 .. 4+3g] g triples (reservation, job, its place in the line)   ARGV[5+3g .. 4+3g+u] unused reservations
--- ARGV[5+3g+u ..] places of jobs granted on other upstreams (they move V only)
+-- ARGV[5] '1' when the pass's reservation may have taken the probe (admission_admit.lua saw a refusal; else no
+-- reservation of the pass is the probe, and the state's probe is not read)
+-- ARGV[6 .. 5+3g] g triples (reservation, job, its place in the line)   ARGV[6+3g .. 5+3g+u] unused reservations
+-- ARGV[6+3g+u ..] places of jobs granted on other upstreams (they move V only)
 -- Returns the number of reservations given back
 local expiry, g, u = tonumber(ARGV[1]) + tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local probe = redis.call('HGET', KEYS[1], 'probe')
+local probe = ARGV[5] == '1' and redis.call('HGET', KEYS[1], 'probe')
 local base, band, tags = 2 ^ 51, 2 ^ 50, {}
 local function moves_v(value)
   local place = tonumber(value)
@@ -24,10 +26,10 @@ local function moves_v(value)
     tags[priority] = math.max(tags[priority] or 0, tag + 1)
   end
 end
-for i = 5 + 3 * g + u, #ARGV do
+for i = 6 + 3 * g + u, #ARGV do
   moves_v(ARGV[i])
 end
-for i = 5, 4 + 3 * g, 3 do
+for i = 6, 5 + 3 * g, 3 do
   local reservation, job = ARGV[i], ARGV[i + 1]
   moves_v(ARGV[i + 2])
   redis.call('ZREM', KEYS[4], reservation)
@@ -45,7 +47,7 @@ for priority, tag in pairs(tags) do
   end
 end
 local n = 0
-for i = 5 + 3 * g, 4 + 3 * g + u do
+for i = 6 + 3 * g, 5 + 3 * g + u do
   n = n + redis.call('ZREM', KEYS[4], ARGV[i])
   if probe == ARGV[i] then
     redis.call('HSET', KEYS[1], 'probe', '')
