@@ -50,6 +50,10 @@ def configure(level: str = "info", fmt: str = "json") -> None:
                 timestamp="time",
             )
         )
+    # What no line shows is not gathered per record (the logging HOWTO's "Optimization"): the caller's frame,
+    # thread and process (the lines carry the fields of the format and `extra=` only, S6).
+    logging._srcfile = None
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(_LEVELS[level])

@@ -41,7 +41,9 @@ async def test_a_completed_job_reports_running_then_done(make_board_replica: Boa
     # Given a replica reporting to the receiver
     replica = await make_board_replica()
     # When a job with context and a session completes
-    created = await create(replica, {"input": "hello tools:2", "session_id": "s-1", "context": CONTEXT})
+    # (its reply takes a second: a newer version supersedes a pending one, and a job done within the sender's
+    # first turn would report `done` alone, S5.3)
+    created = await create(replica, {"input": "hello tools:2 sleep:1", "session_id": "s-1", "context": CONTEXT})
     job_id = created["run_id"]
     done = await settled(replica, job_id)
     # Then the receiver got running ... done, with every S5 field
