@@ -13,6 +13,7 @@ from aiohttp import web
 from redis.asyncio import Redis
 
 from broker.admission.fair import FairnessSettings, VirtualTimes
+from broker.admission.pacing import Pacing
 from broker.board.projector import BoardSettings
 from broker.board.service import BoardService
 from broker.clock import Clock, SystemClock
@@ -47,7 +48,7 @@ from broker.jobs.writer import Writer
 from broker.logging import get_logger
 from broker.metrics import Metrics
 from broker.store import work
-from broker.store.admission import AdmissionStore, Pacing
+from broker.store.admission import AdmissionStore
 from broker.store.affinity import Affinity
 from broker.store.connection import connect
 from broker.store.deltas import DeltaSchedule

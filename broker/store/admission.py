@@ -31,16 +31,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import cast
 
-from attrs import frozen
 from redis.asyncio import Redis
 
 from broker.admission import fair
 from broker.admission.heads import DEPTH, KnownHeads
 from broker.admission.known_slots import KnownSlots
+from broker.admission.pacing import Pacing
 from broker.admission.route import Need, route, take
-from broker.admission.state import INITIAL_LIMIT, QUIET_MS, LineState
+from broker.admission.state import INITIAL_LIMIT, LineState
 from broker.codec import decode_view
-from broker.config import Config
 from broker.events import HoldReason
 from broker.store import keys, signals
 from broker.store.affinity import Affinity
@@ -80,33 +79,10 @@ def _taken(job_id: str, lease_token: str, claimed: list[object]) -> _Taken:
     return (job_id, lease_token, stored, created, _text(claimed[1]), view)
 
 
-@frozen(kw_only=True)
-class Pacing:
-    """How refusals are paced (S2 `RUNS_BACKOFF`/`RUNS_BACKOFF_MAX`) and whether the limit is pinned."""
-
-    pinned: int = 0  #: HERMES_MAX_CONCURRENT; 0 = learnt
-    slot_ttl_ms: int = 15_000  #: RUNS_LEASE
-    backoff_ms: int = 1_000
-    backoff_max_ms: int = 30_000
-    quiet_ms: int = QUIET_MS
-    affinity_grace_ms: int = 30_000  #: HERMES_AFFINITY_GRACE (SPEC S10)
-    upstream_lost_ms: int = 300_000  #: HERMES_UPSTREAM_LOST (SPEC S10)
-
-    @classmethod
-    def from_config(cls, config: Config) -> Pacing:
-        return cls(
-            pinned=config.upstreams[0].max_concurrent,  # the first upstream's (SPEC S10: per upstream to come)
-            slot_ttl_ms=config.runs_lease_ms,
-            backoff_ms=config.runs_backoff_ms,
-            backoff_max_ms=config.runs_backoff_max_ms,
-            affinity_grace_ms=config.hermes_affinity_grace_ms,
-            upstream_lost_ms=config.hermes_upstream_lost_ms,
-        )
-
-
 class AdmissionStore:
-    """The line (one for all upstreams) and the upstreams' admission; `upstreams` in HERMES_URL order, the first
-    with `pacing.pinned` (SPEC S10: jobs are admitted to the first upstream; the others' figures are read)."""
+    """The line (one for all upstreams) and the upstreams' admission (SPEC S4.1, S10): `upstreams` in HERMES_URL
+    order, each with its own limit and slots; none given (tests), one upstream on today's keys limited to
+    `pacing.pinned`."""
 
     def __init__(
         self,

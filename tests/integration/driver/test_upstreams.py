@@ -55,6 +55,16 @@ def url_of(server: TestServer) -> str:
     return str(server.make_url("")).rstrip("/")
 
 
+def name_of(server: TestServer) -> str:
+    """The upstream name of a simulator (its URL without the scheme, SPEC S10)."""
+    return url_of(server).removeprefix("http://")
+
+
+def both(first: TestServer, second: TestServer) -> str:
+    """HERMES_URL listing two simulators, in that order."""
+    return f"{url_of(first)},{url_of(second)}"
+
+
 def sim_of(server: TestServer) -> Simulator:
     return server.app[simulator_key]  # type: ignore[index]
 
@@ -69,7 +79,7 @@ async def test_jobs_spread_over_two_upstreams_each_within_its_own_limit(
     # Given two upstreams with room for 2 and 4 runs, pinned at their capacity, and two replicas
     other = sim_of(second_hermes)
     sim.settings.max_concurrent, other.settings.max_concurrent = 2, 4
-    settings = {"hermes_url": f"{url_of(hermes_server)},{url_of(second_hermes)}", "hermes_max_concurrent": (2, 4)}
+    settings = {"hermes_url": both(hermes_server, second_hermes), "hermes_max_concurrent": (2, 4)}
     a, b = await make_replica(**settings), await make_replica(**settings)
     # When 18 jobs arrive through both
     arrival = [(await create(a if i % 2 else b, {"input": f"job {i} sleep:0.2"}))["run_id"] for i in range(18)]
@@ -77,7 +87,7 @@ async def test_jobs_spread_over_two_upstreams_each_within_its_own_limit(
     # Then every job completed once, each on the upstream its object names, and neither Hermes saw more than its
     # cap live or refused a create: the line filled both
     assert all(d["status"] == "completed" for d in done)
-    first, second = url_of(hermes_server).removeprefix("http://"), url_of(second_hermes).removeprefix("http://")
+    first, second = name_of(hermes_server), name_of(second_hermes)
     on_first = {d["run_id"] for d in done if d["upstream"] == first}
     on_second = {d["run_id"] for d in done if d["upstream"] == second}
     assert on_first | on_second == set(arrival)
@@ -97,7 +107,7 @@ async def test_each_upstream_learns_its_own_limit(
     # Given two upstreams of capacity 2 and 5 and limits to learn (HERMES_MAX_CONCURRENT=0, SPEC S4.1 per upstream)
     other = sim_of(second_hermes)
     sim.settings.max_concurrent, other.settings.max_concurrent = 2, 5
-    replica = await make_replica(hermes_url=f"{url_of(hermes_server)},{url_of(second_hermes)}", hermes_max_concurrent=0)
+    replica = await make_replica(hermes_url=both(hermes_server, second_hermes), hermes_max_concurrent=0)
     # When a backlog of 30 jobs runs through
     arrival = [(await create(replica, {"input": f"job {i} sleep:0.3"}))["run_id"] for i in range(30)]
     done = [await settled(replica, job_id, timeout=60) for job_id in arrival]
@@ -107,7 +117,7 @@ async def test_each_upstream_learns_its_own_limit(
     assert sim.stats()["peak_live"] == 2 and other.stats()["peak_live"] == 5
     admission = (await (await replica.get("/readyz")).json())["admission"]["upstreams"]
     limits = {u["name"]: (u["learnt"], u["limit"]) for u in admission}
-    first, second = url_of(hermes_server).removeprefix("http://"), url_of(second_hermes).removeprefix("http://")
+    first, second = name_of(hermes_server), name_of(second_hermes)
     assert limits[first][0] and limits[second][0]
     assert 2 <= limits[first][1] <= 3, limits  # at its capacity, or one past it after a quiet while (S4.1)
     assert 5 <= limits[second][1] <= 6, limits
@@ -120,14 +130,12 @@ async def test_stop_and_approval_reach_the_upstream_of_the_run(
 ) -> None:
     # Given the first upstream full (pinned at 1, one long run), so the next jobs go to the second
     other = sim_of(second_hermes)
-    replica = await make_replica(
-        hermes_url=f"{url_of(hermes_server)},{url_of(second_hermes)}", hermes_max_concurrent=(1, 4)
-    )
+    replica = await make_replica(hermes_url=both(hermes_server, second_hermes), hermes_max_concurrent=(1, 4))
     blocker = await create(replica, {"input": "block sleep:5"})
     await eventually(lambda: _running(replica, blocker["run_id"]))
     asking = await create(replica, {"input": "please approval"})
     stopping = await create(replica, {"input": "long sleep:5"})
-    second = url_of(second_hermes).removeprefix("http://")
+    second = name_of(second_hermes)
     waiting = await eventually(lambda: _status(replica, asking["run_id"], "waiting_for_approval"))
     assert waiting["upstream"] == second
     running = await eventually(lambda: _running(replica, stopping["run_id"]))
@@ -164,15 +172,13 @@ async def test_an_interrupted_run_resubmits_to_its_upstream_while_up_else_elsewh
 ) -> None:
     # Given a job running on the second upstream (the first is full with a short blocker)
     other = sim_of(second_hermes)
-    replica = await make_replica(
-        hermes_url=f"{url_of(hermes_server)},{url_of(second_hermes)}", hermes_max_concurrent=(1, 4)
-    )
+    replica = await make_replica(hermes_url=both(hermes_server, second_hermes), hermes_max_concurrent=(1, 4))
     blocker = await create(replica, {"input": "block sleep:1"})
     await eventually(lambda: _running(replica, blocker["run_id"]))
     created = await create(replica, {"input": "long sleep:2"})
     running = await eventually(lambda: _running(replica, created["run_id"]))
-    second = url_of(second_hermes).removeprefix("http://")
-    first = url_of(hermes_server).removeprefix("http://")
+    second = name_of(second_hermes)
+    first = name_of(hermes_server)
     assert running["upstream"] == second
     # When its run is lost there (Hermes forgot it: 404), the second upstream being up, or draining
     if second_down:
@@ -194,10 +200,8 @@ async def test_a_session_keeps_its_upstream_and_waits_for_it_while_it_is_busy(
 ) -> None:
     # Given two upstreams of one slot each, and a session whose first job ran on the first
     other = sim_of(second_hermes)
-    replica = await make_replica(
-        hermes_url=f"{url_of(hermes_server)},{url_of(second_hermes)}", hermes_max_concurrent=(1, 1)
-    )
-    first, second = url_of(hermes_server).removeprefix("http://"), url_of(second_hermes).removeprefix("http://")
+    replica = await make_replica(hermes_url=both(hermes_server, second_hermes), hermes_max_concurrent=(1, 1))
+    first, second = name_of(hermes_server), name_of(second_hermes)
     opening = await settled(replica, (await create(replica, {"input": "hi", "session_id": "s-1"}))["run_id"])
     assert opening["upstream"] == first
     # When the first is busy with a long job and the session's next turn arrives, then a job of no session
@@ -221,10 +225,8 @@ async def test_a_session_moves_after_the_grace_of_its_upstream_being_down_with_a
     make_replica: ClientFactory, hermes_server: TestServer, second_hermes: TestServer, sim: Simulator
 ) -> None:
     # Given a session whose first job ran on the first upstream
-    replica = await make_replica(
-        hermes_url=f"{url_of(hermes_server)},{url_of(second_hermes)}", hermes_affinity_grace_ms=600
-    )
-    first, second = url_of(hermes_server).removeprefix("http://"), url_of(second_hermes).removeprefix("http://")
+    replica = await make_replica(hermes_url=both(hermes_server, second_hermes), hermes_affinity_grace_ms=600)
+    first, second = name_of(hermes_server), name_of(second_hermes)
     opening = await settled(replica, (await create(replica, {"input": "hi", "session_id": "s-2"}))["run_id"])
     assert opening["upstream"] == first
     # When the first upstream drains (503) and the session's next turn arrives
@@ -249,11 +251,11 @@ async def test_a_lost_upstreams_run_is_resubmitted_elsewhere_only_after_it_was_s
 ) -> None:
     # Given a job running on the second upstream (the first full with a short blocker), lost after 1.5 s of silence
     replica = await make_replica(
-        hermes_url=f"{url_of(hermes_server)},{url_of(second_hermes)}",
+        hermes_url=both(hermes_server, second_hermes),
         hermes_max_concurrent=(1, 4),
         hermes_upstream_lost_ms=1_500,
     )
-    first = url_of(hermes_server).removeprefix("http://")
+    first = name_of(hermes_server)
     blocker = await create(replica, {"input": "block sleep:0.5"})
     await eventually(lambda: _running(replica, blocker["run_id"]))
     created = await create(replica, {"input": "long sleep:3"})

@@ -13,9 +13,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 from redis.asyncio import Redis
 
+from broker.admission.pacing import Pacing
 from broker.events import HoldReason
 from broker.store import keys
-from broker.store.admission import AdmissionStore, Pacing
+from broker.store.admission import AdmissionStore
 from tests.conftest import RedisServer
 
 T = TypeVar("T")

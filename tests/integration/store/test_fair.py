@@ -10,9 +10,10 @@ from redis.asyncio import Redis
 
 from broker.admission import fair
 from broker.admission.fair import FairLine
+from broker.admission.pacing import Pacing
 from broker.events import HoldReason, JobCreated, JobFinished, JobStatus, Scheduling, StopRequested
 from broker.store import keys
-from broker.store.admission import AdmissionStore, Pacing
+from broker.store.admission import AdmissionStore
 from broker.store.jobs import JobStore
 from projections.job import apply, fold
 from tests.conftest import BOTH_BACKENDS

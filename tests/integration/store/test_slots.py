@@ -20,9 +20,10 @@ from redis.asyncio import Redis
 from redis.crc import key_slot
 from redis.exceptions import ClusterCrossSlotError
 
+from broker.admission.pacing import Pacing
 from broker.events import HoldReason, JobCreated, JobFinished, JobStatus, Scheduling, StopRequested
 from broker.store import keys, scripts
-from broker.store.admission import AdmissionStore, Pacing
+from broker.store.admission import AdmissionStore
 from broker.store.board import BoardStore, OutboxEntry
 from broker.store.connection import connect
 from broker.store.deltas import DeltaSchedule

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from redis.asyncio import Redis
 
+from broker.admission.pacing import Pacing
 from broker.events import HoldReason
 from broker.store import keys
-from broker.store.admission import AdmissionStore, Pacing
+from broker.store.admission import AdmissionStore
 from broker.store.upstream_admission import UpstreamSlots, slots_of
 from broker.upstreams import build
 from tests.conftest import BOTH_BACKENDS
