@@ -25,7 +25,7 @@ from broker.driver.pump import Nudge, Pump, release
 from broker.events import JobCreated, JobEvent, JobRerouted
 from broker.hermes.client import HermesClient
 from broker.hermes.fleet import Fleet
-from broker.hermes.models import Accepted, HermesRun, NotFound
+from broker.hermes.models import Accepted, HermesEvent, HermesRun, NotFound
 from broker.jobs.policy import Policy
 from broker.jobs.writer import Writer
 from broker.logging import get_logger
@@ -235,20 +235,30 @@ class Runner:
         pump = self._pump
         if pump is None or pump.ended or pump.attempt != action.attempt:
             return await self._poll(snapshot, action)
-        items = await pump.wait(self._deps.poll_interval_ms / 1000, self._wake)
+        try:
+            items = await pump.wait(self._deps.poll_interval_ms / 1000, self._wake)
+        except asyncio.CancelledError:  # a drain, maybe while events waited for more: they are stored first
+            with contextlib.suppress(Exception):
+                await self._relay(snapshot, action, pump.take())
+            raise
         if self._wake.is_set():
             self._wake.clear()
             snapshot = await self._reload()
         events = pump.events(items)
         if events:
             self._suspect_terminal = False
-            now, policy = self._deps.clock.now_ms(), self._deps.policy
-            snapshot = await self._commit(
-                snapshot, lambda v: decide.on_events(v, action.attempt, action.hermes_run_id, events, now, policy)
-            )
+            snapshot = await self._relay(snapshot, action, events)
         elif not items:
             snapshot = await self._check_silence(snapshot, action)
         return snapshot
+
+    async def _relay(self, snapshot: Snapshot, action: Follow, events: list[HermesEvent]) -> Snapshot:
+        if not events:
+            return snapshot
+        now, policy = self._deps.clock.now_ms(), self._deps.policy
+        return await self._commit(
+            snapshot, lambda v: decide.on_events(v, action.attempt, action.hermes_run_id, events, now, policy)
+        )
 
     async def _check_silence(self, snapshot: Snapshot, action: Follow) -> Snapshot:
         """No event for a poll interval: make sure the run is still there, and not finished behind a hung stream."""

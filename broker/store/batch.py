@@ -2,10 +2,12 @@
 
 A busy replica writes for many jobs at once (creates, appends of the runners); each call on its own costs
 a send and a read of its own (about 130 us of broker CPU per call against about 20 in a pipeline of 32:
-bench notes in issue 21). A call joins the batch of its loop turn; the batch leaves at the start of the
-next turn (a task of its own), so no call waits for a timer or for another call's reply. The calls keep
-their order; each gets its own reply or error (a script's error fails only its call). Only on a single Redis
-without WAIT: a cluster pipeline splits by node anyway, and a WAIT belongs to the write it follows.
+bench notes in issue 21). A call made while nothing else is on its way goes at once, alone (a quiet replica
+adds no wait to a write); one made while another is on its way joins the batch of its loop turn, which leaves
+at the start of the next turn (a task of its own), so no call waits for a timer or for another call's reply.
+The calls of a batch keep their order; each gets its own reply or error (a script's error fails only its
+call). Only on a single Redis without WAIT: a cluster pipeline splits by node anyway, and a WAIT belongs to the
+write it follows.
 """
 
 from __future__ import annotations
@@ -37,12 +39,19 @@ class ScriptBatch:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: list[_Call] = []
         self._sending: set[asyncio.Task[None]] = set()  #: strong references to the batches on their way
+        self._alone = 0  #: calls on their way alone (1 or 0): a call made meanwhile joins the next turn's batch
 
     async def run(self, script: AsyncScript, keys: Sequence[str], args: Args) -> object:
         """The reply of `script` over `keys` and `args` (its error raised), sent with the turn's other calls."""
         loop = asyncio.get_running_loop()
         if loop is not self._loop:  # a batch left on a loop that stopped before it went is no one's
             self._loop, self._pending = loop, []
+        if not self._pending and not self._sending and not self._alone:  # nothing on its way: go at once, alone
+            self._alone += 1
+            try:
+                return await script(keys=keys, args=args)
+            finally:
+                self._alone -= 1
         reply: asyncio.Future[object] = loop.create_future()
         self._pending.append(_Call(script, keys, args, reply))
         if len(self._pending) == 1:  # the turn's first call: its batch leaves at the next turn

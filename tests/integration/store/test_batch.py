@@ -52,12 +52,15 @@ def test_a_batch_left_on_a_stopped_loop_does_not_hold_up_the_next(redis_target: 
     batch, echo = ScriptBatch(client), client.register_script(ECHO)
 
     async def stopped_before_it_went() -> None:
+        alone = asyncio.create_task(batch.run(echo, ["{batch}:loops"], ["alone"]))
+        await asyncio.sleep(0)  # nothing else was on its way: this one went alone
         call = asyncio.create_task(batch.run(echo, ["{batch}:loops"], ["lost"]))
         await asyncio.sleep(0)  # the call joined a batch that has not gone yet
         for task in asyncio.all_tasks() - {asyncio.current_task()}:
             task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await call
+        for cancelled in (alone, call):
+            with pytest.raises(asyncio.CancelledError):
+                await cancelled
 
     async def next_call() -> object:
         try:

@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import cast
 
-from broker.driver.pump import Nudge, Pump
+from broker.driver.pump import MOST_PER_WRITE, Nudge, Pump
 from broker.hermes.client import HermesClient
 from broker.hermes.models import Comment, HermesEvent, StreamEnded, StreamItem
 
@@ -72,3 +72,64 @@ async def test_a_sleep_ends_early_on_a_nudge() -> None:
     assert await sleeping
     wake.clear()
     assert not wake.is_set()
+
+
+def _done() -> HermesEvent:
+    return HermesEvent("run.completed", {"event": "run.completed", "output": "012"})
+
+
+async def test_streamed_text_waits_for_the_next_events_and_goes_out_in_one_write() -> None:
+    stream = Stream()
+    pump = Pump(cast(HermesClient, stream), 1, "run_1", linger_s=LONG_S)
+    try:
+        waiting = asyncio.create_task(pump.wait(LONG_S, Nudge()))
+        for n in range(3):  # read one by one, as Hermes streams them
+            stream.items.put_nowait([_event(n)])
+            await asyncio.sleep(0.005)
+        assert not waiting.done()  # deltas wait for more
+        stream.items.put_nowait([_done()])  # a terminal event may not wait: it goes now, with them
+        assert await waiting == [_event(0), _event(1), _event(2), _done()]
+    finally:
+        await pump.close()
+
+
+async def test_the_linger_ends_after_its_time_on_a_nudge_or_when_the_stream_ends() -> None:
+    stream = Stream()
+    pump = Pump(cast(HermesClient, stream), 1, "run_1", linger_s=0.01)
+    try:
+        stream.items.put_nowait([_event(1)])
+        assert await pump.wait(LONG_S, Nudge()) == [_event(1)]  # nothing followed within 10 ms
+    finally:
+        await pump.close()
+
+    stream = Stream()
+    pump = Pump(cast(HermesClient, stream), 1, "run_1", linger_s=LONG_S)
+    wake = Nudge()
+    try:
+        stream.items.put_nowait([_event(1)])
+        waiting = asyncio.create_task(pump.wait(LONG_S, wake))
+        await asyncio.sleep(0.005)
+        assert not waiting.done()
+        wake.set()  # a stop: the runner looks at once, with what it read
+        assert await waiting == [_event(1)]
+
+        stream.items.put_nowait([_event(2), StreamEnded(clean=False)])
+        assert await pump.wait(LONG_S, Nudge()) == [_event(2), StreamEnded(clean=False)] and pump.ended
+    finally:
+        await pump.close()
+
+
+async def test_a_long_burst_stops_waiting_at_the_most_one_write_takes() -> None:
+    stream = Stream()
+    pump = Pump(cast(HermesClient, stream), 1, "run_1", linger_s=LONG_S)
+    try:
+        stream.items.put_nowait([_event(n) for n in range(MOST_PER_WRITE + 3)])  # one read, unpaced
+        assert len(await pump.wait(LONG_S, Nudge())) >= MOST_PER_WRITE
+        stream.items.put_nowait([_event(1)])
+        waiting = asyncio.create_task(pump.wait(LONG_S, Nudge()))
+        await asyncio.sleep(0.005)
+        assert not waiting.done()
+        assert pump.take() == [_event(1)]  # a runner that stops takes what was read, without waiting
+        waiting.cancel()
+    finally:
+        await pump.close()
