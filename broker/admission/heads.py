@@ -9,7 +9,8 @@ replica's requeue) is seen by the next read of every line (broker/store/admissio
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import heapq
+from collections.abc import Iterable, Iterator
 
 from broker.admission.fair import Head
 
@@ -48,9 +49,16 @@ class KnownHeads:
         else:
             self._deep.discard(partition)
 
-    def merged(self) -> list[Head]:
-        """The known heads of every line, in line order (score, then job id)."""
-        return sorted((score, job_id, partition) for partition, line in self._lines.items() for job_id, score in line)
+    def merged(self, most: int) -> list[Head]:
+        """The first `most` + 1 known heads over every line, in line order (score, then job id), and those after them
+        of the last one's score (a tie at the cut is ordered by arrival: fair.tied_at_cut). The lines are merged
+        lazily: a pass over 64 lines of 16 known heads builds only the heads it looks at."""
+        heads: list[Head] = []
+        for head in heapq.merge(*(_heads(partition, line) for partition, line in self._lines.items() if line)):
+            if len(heads) > most and head[0] != heads[-1][0]:
+                break
+            heads.append(head)
+        return heads
 
     def taken(self, job_id: str, partition: int, *, gone: bool) -> None:
         """This replica claimed the job off its line; `gone`: it was not in the line any more (read the line again)."""
@@ -59,3 +67,9 @@ class KnownHeads:
             self._lines[partition] = [entry for entry in line if entry[0] != job_id]
         if gone:
             self._changed.add(partition)
+
+
+def _heads(partition: int, line: list[tuple[str, float]]) -> Iterator[Head]:
+    """A line's known heads, in its order (a line is read in score order, then job id)."""
+    for job_id, score in line:
+        yield score, job_id, partition

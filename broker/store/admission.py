@@ -229,7 +229,7 @@ class AdmissionStore:
             if full and now_ms - self._drift_checked_at >= DRIFT_CHECK_MS:
                 self._drift_checked_at = now_ms
                 await self._check_drift([partition for partition, line in lines.items() if not line])
-        merged = self._known.merged()
+        merged = self._known.merged(most)
         tied = fair.tied_at_cut(merged, most)
         if tied:  # jobs of one tag (keys without a turn, between two grants) among the heads: the oldest go first
             merged = await self._by_arrival(merged, tied, most)

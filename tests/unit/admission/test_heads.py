@@ -30,7 +30,7 @@ def a_pass(known: KnownHeads, lines: dict[int, list[tuple[str, float]]], most: i
         depth = max(wanted, DEPTH)
         for partition in read:
             known.read(partition, sorted(lines[partition], key=lambda e: (e[1], e[0]))[:depth], depth)
-        heads = known.merged()[:wanted]
+        heads = known.merged(wanted)[:wanted]
         if not heads:
             break
         lost = False
@@ -66,3 +66,14 @@ def test_a_pass_grants_the_first_jobs_of_every_line(steps: list[tuple[str, int, 
             expected = first(lines, arg)
             assert a_pass(known, lines, arg) == expected
     assert known.any_waiting() or not any(lines.values())
+
+
+def test_merged_heads_stop_past_the_cut_once_the_cut_score_is_over() -> None:
+    known = KnownHeads()
+    known.read(0, [("a", 1.0), ("b", 2.0), ("c", 2.0)], DEPTH)
+    known.read(1, [("d", 2.0), ("e", 3.0)], DEPTH)
+    known.read(2, [], DEPTH)
+    # two heads for a pass of one (the one it grants and the first it leaves), then the rest of their score
+    assert known.merged(1) == [(1.0, "a", 0), (2.0, "b", 0), (2.0, "c", 0), (2.0, "d", 1)]
+    assert known.merged(0) == [(1.0, "a", 0)]
+    assert [job for _, job, _ in known.merged(10)] == ["a", "b", "c", "d", "e"]
