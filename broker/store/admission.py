@@ -32,6 +32,7 @@ from collections.abc import Iterable, Sequence
 from typing import cast
 
 from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
 
 from broker.admission import fair
 from broker.admission.heads import DEPTH, KnownHeads
@@ -43,13 +44,15 @@ from broker.codec import decode_view
 from broker.events import HoldReason
 from broker.store import keys, signals
 from broker.store.affinity import Affinity
+from broker.store.batch import ScriptBatch
+from broker.store.connection import is_cluster
 from broker.store.grants import Acceptance, Grant, Grants, Refusal
 from broker.store.leases import new_token
 from broker.store.line_state import read_line_state, read_needs
 from broker.store.replies import ints_and_ids as _ints_and_ids
 from broker.store.replies import scored as _scored
 from broker.store.replies import text as _text
-from broker.store.scripts import Scripts, run_many
+from broker.store.scripts import Args, Scripts, run_many
 from broker.store.upstream_admission import UpstreamSlots, grant_calls, is_lost, need_of, reserved
 from projections.job import JobView
 
@@ -94,6 +97,8 @@ class AdmissionStore:
     ) -> None:
         self._redis = redis
         self._scripts = Scripts(redis)
+        #: the per-job calls of a loop turn (accepted, release) in one pipeline, as the job writes (single Redis)
+        self._batch = None if is_cluster(redis) else ScriptBatch(redis)
         self.pacing = pacing
         self.upstreams = tuple(upstreams) or (UpstreamSlots("", keys.FIRST_ADMISSION, pacing.pinned),)
         self._first = self.upstreams[0].keys
@@ -291,9 +296,10 @@ class AdmissionStore:
     async def accepted(self, job_id: str, now_ms: int, *, upstream: str | None = None) -> Acceptance:
         p, at = self.pacing, self.upstream(upstream)
         renew = "0" if self._slots.fresh(job_id, at.name, now_ms, p.slot_ttl_ms) else "1"
-        reply = await self._scripts.admission_accepted(
-            keys=at.keys.scripts,
-            args=[job_id, now_ms, at.pinned, p.quiet_ms, INITIAL_LIMIT, p.slot_ttl_ms, renew],
+        reply = await self._run(
+            self._scripts.admission_accepted,
+            at.keys.scripts,
+            [job_id, now_ms, at.pinned, p.quiet_ms, INITIAL_LIMIT, p.slot_ttl_ms, renew],
         )
         self._slots.accepted(job_id)
         limit, grew, ended = (int(x) for x in cast(list[int], reply))
@@ -338,11 +344,17 @@ class AdmissionStore:
     async def release(self, job_id: str, *, freed: bool, upstream: str | None = None) -> bool:
         """Give the job's slot up; True when this ended a refusal (a settled run freed the slot)."""
         in_flight = "1" if self._slots.in_flight(job_id) else "0"
-        reply = await self._scripts.admission_release(
-            keys=self.upstream(upstream).keys.scripts,
-            args=[job_id, "1" if freed else "0", in_flight],
+        reply = await self._run(
+            self._scripts.admission_release,
+            self.upstream(upstream).keys.scripts,
+            [job_id, "1" if freed else "0", in_flight],
         )
         return int(cast(list[int], reply)[1]) == 1
+
+    async def _run(self, script: AsyncScript, script_keys: Sequence[str], args: Args) -> object:
+        return await (
+            script(keys=script_keys, args=args) if self._batch is None else self._batch.run(script, script_keys, args)
+        )
 
     async def requeue(self, job_id: str, place: str, *, upstream: str | None = None) -> None:
         self._slots.forget(job_id)
