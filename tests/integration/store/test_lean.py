@@ -13,7 +13,7 @@ from broker.events import HermesEventRecorded
 from broker.rebuild import compare
 from broker.store import keys, lean
 from broker.store.deltas import DeltaSchedule
-from broker.store.entries import set_format, set_lean
+from broker.store.entries import set_format, set_lean, settle_fresh_store
 from broker.store.jobs import JobStore
 from broker.store.listing import Listing
 from broker.store.rebuild import RebuildStore
@@ -125,3 +125,16 @@ async def test_a_view_changed_meanwhile_or_another_output_stays_whole(redis: Red
         # Then the view stays whole
         stored = await _view_hash(redis)
         assert keys.VIEW_LEAN not in stored and stored[keys.VIEW_STATE] == stored_state
+
+
+async def test_the_switch_is_on_for_a_fresh_store_and_off_for_a_used_one(redis: Redis) -> None:
+    # A store no broker has used: lean views from the start (as packed entries)
+    assert await settle_fresh_store(redis) is True
+    assert await lean.allowed(redis) is True
+    # A store an older broker has used (its work stream exists): whole views until the operator's switch
+    await redis.delete(keys.EVENT_FORMAT, keys.VIEW_FORMAT)
+    await redis.xadd(keys.WORK, {"line": "job_x"})
+    assert await settle_fresh_store(redis) is False
+    assert await lean.allowed(redis) is False
+    await set_lean(redis)
+    assert await lean.allowed(redis) is True
