@@ -2,7 +2,13 @@
 
     python scripts/event_format.py            # show: {"packed": true|false}
     python scripts/event_format.py packed     # after every replica runs a broker that reads packed events
-    python scripts/event_format.py full       # before rolling back to a broker that does not
+    python scripts/event_format.py lean       # after every replica runs a broker that reads lean views
+    python scripts/event_format.py full       # before rolling back to a broker that does not (packed or lean)
+
+Lean views (broker/store/lean.py): once a finished job's deltas are removed, its view keeps its output only in
+the terminal entry. The same holds for them as for packed entries: on from the start on a fresh or embedded
+store, switched on with `lean` on a store an older broker wrote (an older replica leaves a lean job out of its
+listing), off with `full`; views already lean stay lean.
 
 A store no broker has used packs from the start, and so does the embedded Redis (one broker only) unless
 this command pinned it `full`. A store an older broker wrote keeps full entries, which every version reads,
@@ -23,17 +29,21 @@ import orjson
 
 from broker.config import Config
 from broker.errors import ConfigError
+from broker.store import lean
 from broker.store.connection import connect
 from broker.store.embedded import EmbeddedRedis
-from broker.store.entries import EventFormat, set_format
+from broker.store.entries import EventFormat, set_format, set_lean
 
 
 async def run(url: str, *, cluster: bool, switch: str | None) -> int:
     redis = connect(url, cluster=cluster)
     try:
-        if switch is not None:
+        if switch == "lean":
+            await set_lean(redis)
+        elif switch is not None:
             await set_format(redis, packed=switch == "packed")
-        print(orjson.dumps({"packed": await EventFormat(redis).packed()}).decode())
+        shown = {"packed": await EventFormat(redis).packed(), "lean": await lean.allowed(redis)}
+        print(orjson.dumps(shown).decode())
         return 0
     finally:
         await redis.aclose()
@@ -41,7 +51,8 @@ async def run(url: str, *, cluster: bool, switch: str | None) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("switch", nargs="?", choices=["packed", "full"], help="switch packing on or off")
+    choices = ["packed", "lean", "full"]
+    parser.add_argument("switch", nargs="?", choices=choices, help="switch packing or lean views on, or both off")
     args = parser.parse_args()
     try:
         config = Config.from_env(os.environ)

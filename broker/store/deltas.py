@@ -10,7 +10,7 @@ from typing import cast
 
 from redis.asyncio import Redis
 
-from broker.store import keys
+from broker.store import keys, lean
 from broker.store.scripts import Args, Scripts, run_many
 
 BATCH = 50  #: due jobs taken per partition and sweep
@@ -31,7 +31,14 @@ class DeltaSchedule:
 
     async def remove(self, job_ids: list[str], now_ms: int) -> list[int]:
         """Remove the deltas of each due job (one script per job, in its slot; one pipeline): the entries
-        removed per job, -1 for a job another replica took or that is not due."""
+        removed per job, -1 for a job another replica took or that is not due. With the store's switch on, the
+        view of each keeps its output only in the terminal entry from then on (broker/store/lean.py)."""
+        states: list[str | None] = [None] * len(job_ids)
+        if job_ids and await lean.allowed(self._redis):
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for job_id in job_ids:
+                    pipe.hget(keys.view(job_id), keys.VIEW_STATE)
+                states = cast(list[str | None], await pipe.execute())
         calls: list[tuple[Sequence[str], Args]] = [
             (
                 [
@@ -40,8 +47,8 @@ class DeltaSchedule:
                     keys.deltas(keys.partition_of(job_id)),
                     keys.scratch(keys.partition_of(job_id)),
                 ],
-                [job_id, now_ms],
+                [job_id, now_ms, *lean.lean_args(state)],
             )
-            for job_id in job_ids
+            for job_id, state in zip(job_ids, states, strict=True)
         ]
         return [int(cast(int, reply)) for reply in await run_many(self._redis, self._scripts.remove_deltas, calls)]

@@ -125,10 +125,18 @@ async def settle_fresh_store(redis: Redis, *, only_replica: bool = False) -> boo
     it. True when this call switched packing on."""
     if not only_replica and await redis.exists(keys.WORK):
         return False
+    await redis.set(keys.VIEW_FORMAT, keys.LEAN, nx=True)  # lean views too (broker/store/lean.py)
     return bool(await redis.set(keys.EVENT_FORMAT, keys.PACKED, nx=True))
 
 
 async def set_format(redis: Redis, packed: bool) -> None:
-    """scripts/event_format.py: switch packing on (every replica reads packed entries) or pin it off (before a
-    rollback to a broker that does not)."""
+    """scripts/event_format.py: switch packing on (every replica reads packed entries) or pin it off, lean views
+    too (before a rollback to a broker that does not read them)."""
     await redis.set(keys.EVENT_FORMAT, keys.PACKED if packed else keys.FULL)
+    if not packed:
+        await redis.set(keys.VIEW_FORMAT, keys.FULL)
+
+
+async def set_lean(redis: Redis) -> None:
+    """scripts/event_format.py: switch lean views on (every replica reads them, broker/store/lean.py)."""
+    await redis.set(keys.VIEW_FORMAT, keys.LEAN)

@@ -16,7 +16,7 @@ from broker.codec import decode, decode_board, decode_view, encode, encode_board
 from broker.errors import JobNotFound, LeaseLost, StreamConflict
 from broker.events import HermesEventRecorded, JobCreated, JobEvent, JobStatus, RunAccepted
 from broker.logging import get_logger
-from broker.store import keys, signals
+from broker.store import keys, lean, signals
 from broker.store.batch import ScriptBatch
 from broker.store.connection import is_cluster
 from broker.store.durability import Durability
@@ -113,7 +113,7 @@ class JobStore:
                 await self._ring_board(event.job_id, board)  # first: the created version goes out before the run
                 await ring_work(self._redis, {"line": event.job_id})
             return Created(Snapshot(view, reply[1], board.state if board else None), created=True)
-        existing = decode_view(reply[1]) or (await self._refold(event.job_id)).view
+        existing = decode_view(reply[1]) or (await self.load(event.job_id) or await self._refold(event.job_id)).view
         return Created(Snapshot(existing, ""), created=False)
 
     async def _turn(self, view: JobView, now_ms: int) -> tuple[str, list[str | int]]:
@@ -285,7 +285,7 @@ class JobStore:
         """The snapshot in the fields of a job's view hash (None: no view); refolded when undecodable."""
         if not stored:
             return None
-        view = decode_view(stored.get("state", ""))
+        view = await lean.read_view(self._redis, job_id, stored)  # `state`, or a lean view and its terminal entry
         if view is None:
             return await self._refold(job_id)
         board = decode_board(stored["board"]) if "board" in stored else None

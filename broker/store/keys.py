@@ -13,7 +13,9 @@ hbr:{pN}:J:events            stream  the job's events, field `e` = JSON; id = SS
 hbr:{pN}:J:view              hash    `state` = view JSON, `last_id` = id folded to,    as the events; job write
                                      `run:<attempt>` = the attempt's Hermes run id
                                      (what packed events leave out, broker/codec.py),
-                                     `deltas_removed` = entries removed (S3.6)
+                                     `deltas_removed` = entries removed (S3.6); after the
+                                     delta window, with `hbr:views` lean, `lean` + `output_at`
+                                     instead of `state` (broker/store/lean.py)
 hbr:{pN}:J:lease             string  run lease token                                   RUNS_LEASE; driver
 hbr:{pN}:J:board             hash    latest board report, pending and acked versions   until expiry; job write
 hbr:{pN}:due                 zset    job id -> epoch ms of its next wake-up (memory)   none; job write, driver
@@ -40,6 +42,9 @@ hbr:{work}                   stream  doorbells (hints): `line` / `job`; group dr
 hbr:{board}:bell             stream  cluster only: a board version was written (hint)  ~1000; after job writes
 hbr:format                   string  `packed`: replicas may write packed events         none; startup of a fresh
                                      (broker/codec.py); `full` or absent: they do not  or embedded store,
+                                                                                       event_format.py
+hbr:views                    string  `lean`: replicas may store lean views (the output    none; startup of a fresh
+                                     left in the terminal entry, broker/store/lean.py)  or embedded store,
                                                                                        event_format.py
 hbr:lock:<name>              string  token-owned locks                                 lock TTL; sender, reconciler
   hbr:lock:board:<J>         one board key's deliveries                                longest delivery; sender
@@ -248,6 +253,14 @@ def scratch(partition: int) -> str:
 EVENT_FORMAT = f"{PREFIX}:format"
 PACKED = "packed"
 FULL = "full"  #: pinned off by an operator (absent: not decided, also off)
+
+
+#: Whether replicas may store a finished job's view without its output (broker/store/lean.py).
+VIEW_FORMAT = f"{PREFIX}:views"
+LEAN = "lean"  #: absent or anything else: they do not
+VIEW_STATE = "state"  #: the view hash's field of the view JSON
+VIEW_LEAN = "lean"  #: ... of the view JSON without its output, instead of `state`
+VIEW_OUTPUT_AT = "output_at"  #: ... with `lean`: the id of the stream entry holding the output
 
 
 def run_field(attempt: int) -> str:

@@ -15,9 +15,8 @@ from typing import cast
 from attrs import frozen
 from redis.asyncio import Redis
 
-from broker.codec import decode_view
 from broker.events import JobStatus
-from broker.store import keys
+from broker.store import keys, lean
 from broker.store.connection import is_cluster
 from broker.store.scripts import source
 from projections.job import JobView
@@ -109,13 +108,7 @@ class Listing:
         return ordered[:count], full or len(ordered) > count
 
     async def _views(self, job_ids: list[str]) -> list[JobView | None]:
-        if not job_ids:
-            return []
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for job_id in job_ids:
-                pipe.hget(keys.view(job_id), "state")
-            states = cast(list[str | None], await pipe.execute())
-        return [decode_view(state) if state else None for state in states]
+        return await lean.read_views(self._redis, job_ids) if job_ids else []
 
 
 class IndexRepair:

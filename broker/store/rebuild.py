@@ -12,7 +12,7 @@ from attrs import frozen
 from redis.asyncio import Redis
 
 from broker.events import JobEvent
-from broker.store import keys
+from broker.store import keys, lean
 from broker.store.entries import Entries
 from broker.store.jobs import BoardWrite
 from broker.store.scripts import Scripts
@@ -24,7 +24,7 @@ class StoredJob:
 
     job_id: str
     history: list[tuple[str, JobEvent]]
-    view: dict[str, str]  #: the view hash (empty: missing)
+    view: dict[str, str]  #: the view hash (empty: missing); a lean view with its whole JSON in `state` too
     board: dict[str, str]  #: the board hash (empty: missing or expired)
 
     @property
@@ -59,10 +59,12 @@ class RebuildStore:
             entries, view, board = await pipe.execute()
         # redis-py types these loosely; with decode_responses=True they are str pairs and str dicts.
         # a read from the start resolves packed entries from the stream itself (broker/store/entries.py)
-        history = await Entries(self._redis).events(job_id, _entries(entries), known=cast(dict[str, str], view))
-        return StoredJob(
-            job_id=job_id, history=history, view=cast(dict[str, str], view), board=cast(dict[str, str], board)
-        )
+        fields = cast(dict[str, str], view)
+        history = await Entries(self._redis).events(job_id, _entries(entries), known=fields)
+        state = lean.state_of(fields, history)  # a lean view's `state` is its JSON with the terminal entry's output
+        if state is not None:
+            fields = {**fields, keys.VIEW_STATE: state}
+        return StoredJob(job_id=job_id, history=history, view=fields, board=cast(dict[str, str], board))
 
     async def replace(self, job_id: str, replacement: Replacement) -> bool:
         """Store `replacement` unless the job moved on since it was read; False when refused."""

@@ -61,7 +61,7 @@ end
 local last = redis.call('HGET', KEYS[2], 'last_id')
 if w.expect == '$new' then
   if last then
-    return {'EXISTS', redis.call('HGET', KEYS[2], 'state')}
+    return {'EXISTS', redis.call('HGET', KEYS[2], 'state') or ''}  -- '' (a lean view): the caller reads it
   end
 elseif not last then
   return {'MISSING'}

@@ -6,7 +6,10 @@
 -- reader sees the stream before or after, never between.
 -- KEYS[1] job events   KEYS[2] job view hash   KEYS[3] partition delta schedule zset
 -- KEYS[4] partition scratch key   (one slot: {pN})
--- ARGV[1] job id   ARGV[2] now (epoch ms)
+-- ARGV[1] job id   ARGV[2] now (epoch ms)   ARGV[3] the view JSON without its output ('' = keep the view)
+-- ARGV[4] SHA-1 of the view JSON ARGV[3] was made from: with it still in `state` and the output of the kept
+--   JobFinished entry equal to the view's, the view hash keeps `lean` = ARGV[3] and `output_at` = that entry's id
+--   instead of `state` (broker/store/lean.py)
 -- Returns the number of entries removed; -1 when the job is not due (another replica took it, or later).
 local due = redis.call('ZSCORE', KEYS[3], ARGV[1])
 if not due or tonumber(due) > tonumber(ARGV[2]) then
@@ -41,6 +44,26 @@ for _, entry in ipairs(redis.call('XRANGE', KEYS[1], '-', '+')) do
     removed = removed + 1
   else
     kept[#kept + 1] = entry
+  end
+end
+-- The entry that holds the output the view holds too: then the view need not keep a copy of it
+local function holding(output)
+  for i = #kept, 1, -1 do
+    local value = kept[i][2][2]
+    if kept[i][2][1] == 'e' and string.find(value, '"type":"JobFinished"', 1, true) then
+      local ok, event = pcall(cjson.decode, value)
+      return ok and type(event) == 'table' and event.output == output and kept[i][1] or nil
+    end
+  end
+  return nil
+end
+local state = ARGV[3] ~= '' and redis.call('HGET', KEYS[2], 'state')
+if state and redis.sha1hex(state) == ARGV[4] then
+  local ok, view = pcall(cjson.decode, state)
+  local at = ok and type(view) == 'table' and type(view.output) == 'string' and holding(view.output)
+  if at then
+    redis.call('HSET', KEYS[2], 'lean', ARGV[3], 'output_at', at)
+    redis.call('HDEL', KEYS[2], 'state')
   end
 end
 if removed == 0 or #kept == 0 then

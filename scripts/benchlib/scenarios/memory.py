@@ -106,8 +106,13 @@ REALISTIC = "bench memory realistic tools:10 deltas:1000"
 CONTENT_FIELDS = ("delta", "output", "text", "preview")
 
 
-async def realistic_round(services: Services, plan: Plan) -> tuple[float, float, float]:
-    """(KB per realistic finished job with its deltas, KB after the delta window, KB of content per job)."""
+async def realistic_round(services: Services, plan: Plan) -> tuple[float, float, float, dict[str, float]]:
+    """(KB per realistic finished job with its deltas, KB after the delta window, KB of content per job, KB per
+    job of each of its own keys after the window).
+
+    The `used_memory` deltas also carry what Redis allocates once per server, not per job, after the baseline:
+    Redis 7 keeps a latency histogram of ~27 KB per command name it has run (`latency-tracking`, freed by the
+    reset's CONFIG RESETSTAT), so with few jobs they read high there; the keys' own sizes do not."""
     await services.reset()
     port = free_port()
     receiver = f"http://127.0.0.1:{port}"
@@ -128,8 +133,18 @@ async def realistic_round(services: Services, plan: Plan) -> tuple[float, float,
                 content = await replayed_content(session, broker.url, ids[0])
                 await window_passed(services)
             after = int((await services.r.info("memory"))["used_memory"])
+            own = await per_key(services, ids)
     jobs = plan.realistic_jobs
-    return (hot - used) / jobs / 1024, (after - used) / jobs / 1024, content / 1024
+    return (hot - used) / jobs / 1024, (after - used) / jobs / 1024, content / 1024, own
+
+
+async def per_key(services: Services, job_ids: list[str]) -> dict[str, float]:
+    """KB per job of each of the jobs' own keys (MEMORY USAGE)."""
+    own: dict[str, float] = {}
+    for name, key in (("events", keys.events), ("view", keys.view), ("board", keys.board)):
+        sizes = [int(await services.r.memory_usage(key(job_id), samples=0) or 0) for job_id in job_ids]
+        own[name] = sum(sizes) / len(job_ids) / 1024
+    return own
 
 
 async def replayed_content(session: aiohttp.ClientSession, base: str, job_id: str) -> int:
@@ -198,12 +213,13 @@ async def run_memory(services: Services, plan: Plan) -> list[Row]:
     finished.note = f"{plan.memory_jobs} jobs, {events} events each, context, board on"
     hot = Row("memory per realistic finished job, deltas kept", "KB", target="target 100 KB", ideal=100.0)
     swept = Row("memory per realistic finished job, after the delta window", "KB", target="target 20 KB", ideal=20.0)
-    content = 0.0
+    content, own = 0.0, {}
     for _ in range(plan.memory_rounds):
-        with_deltas, without, content = await realistic_round(services, plan)
+        with_deltas, without, content, own = await realistic_round(services, plan)
         hot.broker.append(with_deltas)
         swept.broker.append(without)
     shape = f"{plan.realistic_jobs} jobs of 1,000 deltas and 10 tool calls, board on"
     hot.note = f"{shape}; content {content:.1f} KB per job (deltas, output, reasoning text, tool previews)"
-    swept.note = f"{shape}; RUNS_DELTA_RETENTION passed (the deltas removed)"
+    keyed = ", ".join(f"{name} {kb:.1f}" for name, kb in own.items())
+    swept.note = f"{shape}; RUNS_DELTA_RETENTION passed (the deltas removed); its keys: {keyed} KB"
     return [queued, finished, hot, swept]

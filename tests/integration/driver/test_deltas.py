@@ -16,6 +16,7 @@ from broker.rebuild import RebuildSettings, compare
 from broker.simulator.state import Simulator
 from broker.store import keys
 from broker.store.deltas import DeltaSchedule
+from broker.store.jobs import JobStore
 from broker.store.rebuild import RebuildStore
 from tests.conftest import BOTH_BACKENDS
 from tests.integration.conftest import ClientFactory
@@ -44,13 +45,21 @@ async def _frames(client: TestClient[Any, Any], job_id: str, after: str | None =
     return frames
 
 
+#: The view hash's fields of its view JSON: `state`, or after the window a lean one (broker/store/lean.py)
+VIEW_JSON = ("deltas_removed", keys.VIEW_STATE, keys.VIEW_LEAN, keys.VIEW_OUTPUT_AT)
+
+
 async def _state(redis: Redis, client: TestClient[Any, Any], job_id: str) -> dict[str, object]:
     """Everything of a job that must not change when its deltas go (SPEC S3.6)."""
     partition = keys.partition_of(job_id)
     view = await redis.hgetall(keys.view(job_id))  # type: ignore[misc]
+    listed = await client.get("/v1/runs")
+    assert listed.status == 200
     return {
         "job": await job(client, job_id),
-        "view": {field: value for field, value in view.items() if field != "deltas_removed"},
+        "listing": (await listed.json())["data"],
+        "loaded": await JobStore(redis, retention_ms=86_400_000).load(job_id),
+        "view": {field: value for field, value in view.items() if field not in VIEW_JSON},
         "board": await redis.hgetall(keys.board(job_id)),  # type: ignore[misc]
         "listed": [
             await redis.zscore(key, job_id) for key in (keys.runs(partition), keys.runs_index(partition, "completed"))
@@ -79,7 +88,9 @@ async def test_deltas_go_after_the_window_and_nothing_else_changes(make_replica:
     raw = [fields[keys.EVENT_FIELD] for entry_id, fields in await redis.xrange(keys.events(job_id))]
     assert sum(entry.startswith("[") for entry in raw) == 120 + 6 + 1  # deltas, tools and reasoning are packed
     memory = await redis.memory_usage(keys.events(job_id))
+    view_memory = await redis.memory_usage(keys.view(job_id))
     last_id = (await redis.xinfo_stream(keys.events(job_id)))["last-generated-id"]
+    stored_view = orjson.loads(await redis.hget(keys.view(job_id), keys.VIEW_STATE))  # type: ignore[misc]
 
     # When the window has passed (the schedule says so) and a replica's sweep runs
     await redis.zadd(keys.deltas(partition), {job_id: 1})
@@ -98,6 +109,13 @@ async def test_deltas_go_after_the_window_and_nothing_else_changes(make_replica:
     # And the job object, its view, board versions, listing entries and the rebuild are unchanged
     assert await _state(redis, replica, job_id) == before
     assert compare(await RebuildStore(redis).read(job_id), REBUILD, view["updated_at"] * 1000) is None
+    # And the view keeps its output only in the terminal entry (the store's switch is on: a fresh store)
+    hashed = await redis.hgetall(keys.view(job_id))  # type: ignore[misc]
+    assert keys.VIEW_STATE not in hashed and orjson.loads(hashed[keys.VIEW_LEAN]) == {
+        name: value for name, value in stored_view.items() if name != "output"
+    }
+    assert hashed[keys.VIEW_OUTPUT_AT] == after_frames[-1][0]
+    assert await redis.memory_usage(keys.view(job_id)) < view_memory  # by about the output (allocator classes)
     # And the stream gave its room back, kept its last id, and is off the schedule
     assert await redis.memory_usage(keys.events(job_id)) < memory / 2
     assert (await redis.xinfo_stream(keys.events(job_id)))["last-generated-id"] == last_id

@@ -251,8 +251,10 @@ async def test_the_operator_switches_packing_with_one_command(redis: Redis, redi
         )
         return orjson.loads(done.stdout.splitlines()[-1])
 
-    assert command() == {"packed": False}
-    assert command("packed") == {"packed": True}
+    assert command() == {"packed": False, "lean": False}
+    assert command("packed") == {"packed": True, "lean": False}
     assert await redis.get(keys.EVENT_FORMAT) == keys.PACKED
-    assert command("full") == {"packed": False}
+    assert command("lean") == {"packed": True, "lean": True}  # lean views (broker/store/lean.py)
+    assert await redis.get(keys.VIEW_FORMAT) == keys.LEAN
+    assert command("full") == {"packed": False, "lean": False}
     assert await redis.get(keys.EVENT_FORMAT) == keys.FULL
