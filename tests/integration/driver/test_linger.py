@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 
-
 import pytest
 
 from broker import app as composition
@@ -51,5 +50,3 @@ async def test_a_streamed_answer_takes_fewer_writes_than_events(make_replica: Cl
     assert finished["status"] == "completed" and len(deltas) == 20
     # One write stores its events under one millisecond, in order: 20 deltas 20 ms apart share a few of them.
     assert len({frame_id.split("-")[0] for frame_id in deltas}) <= 10, deltas
-
-
