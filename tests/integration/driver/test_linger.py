@@ -43,10 +43,10 @@ async def test_a_draining_replica_stores_the_events_waiting_in_its_linger(
 
 async def test_a_streamed_answer_takes_fewer_writes_than_events(make_replica: ClientFactory) -> None:
     replica = await make_replica()
-    created = await create(replica, {"input": "deltas:20 sleep:0.4"})  # a delta every 20 ms
+    created = await create(replica, {"input": "deltas:20 sleep:0.2"})  # a delta every 10 ms
     finished = await settled(replica, created["run_id"])
     frames = await _frames(replica, created["run_id"])
     deltas = [frame_id for frame_id, data in frames if b'"message.delta"' in data]
     assert finished["status"] == "completed" and len(deltas) == 20
-    # One write stores its events under one millisecond, in order: 20 deltas 20 ms apart share a few of them.
+    # One write stores its events under one millisecond, in order: 20 deltas 10 ms apart share a few of them.
     assert len({frame_id.split("-")[0] for frame_id in deltas}) <= 10, deltas
