@@ -3,10 +3,11 @@
 A Hermes stream is single-use: it is opened at most once per attempt, by the replica that got
 the attempt accepted, and it keeps running across the runner's other work (a stop, a poll).
 
-A burst of streamed events is stored in one write (issue 21): the first of them waits up to LINGER_S for the
-next, so an answer streamed a word every few ms costs a write per LINGER_S instead of a write per word. Only
-the answer's text and the activity around it wait; an event that changes the job (a terminal event, an
-approval request, an event a newer Hermes adds) is written as soon as it is read, with whatever waited before it.
+A burst of streamed events is stored in one write (issue 21): a job's events are taken at most once per
+LINGER_S, so an answer streamed a word every few ms costs a write per LINGER_S instead of a write per word, while
+an event that comes after a quiet LINGER_S goes at once (a slow stream waits for nothing). Only the answer's text
+and the activity around it wait; an event that changes the job (a terminal event, an approval request, an event
+a newer Hermes adds) is written as soon as it is read, with whatever waited before it.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from broker.logging import get_logger
 
 #: A stream that delivers no event for this long is treated as hung (Hermes 0.19.0 can hang on keepalives).
 IDLE_TIMEOUT_S = 3600.0
-#: How long the first event of a write that may wait waits for the next ones: a live reader sees streamed text at
-#: most this much later than Hermes sent it (20 frames a second, below what a reader notices), and Redis gets a
-#: write per 50 ms of streaming instead of one per delta.
+#: The least time between two takes of events that may wait: a live reader sees streamed text at most this much
+#: later than Hermes sent it (20 frames a second, below what a reader notices), and Redis gets a write per 50 ms
+#: of streaming instead of one per delta.
 LINGER_S = 0.05
 #: Events that may wait for the next ones (they change no status: text and activity).
 LINGERING = frozenset({"message.delta", "reasoning.available", "tool.started", "tool.completed"})
@@ -86,14 +87,12 @@ class Pump:
         self.ended = False
         self._linger_s = LINGER_S if linger_s is None else linger_s
         self._urgent = False  #: an item read since the last drain may not wait (see LINGERING)
-        self._first_at = 0.0  #: when the oldest item not yet drained was read (loop time)
+        self._taken_at = asyncio.get_running_loop().time()  #: when the runner last took items (loop time)
         self._items: deque[StreamItem] = deque()
         self._waiter: asyncio.Future[None] | None = None  #: the runner's wait for the next item
         self._task = asyncio.create_task(self._run(hermes), name=f"pump-{hermes_run_id}")
 
     def _put(self, item: StreamItem) -> None:
-        if not self._items:
-            self._first_at = asyncio.get_running_loop().time()
         self._items.append(item)
         if not (isinstance(item, HermesEvent) and item.name in LINGERING):
             self._urgent = True
@@ -118,11 +117,12 @@ class Pump:
 
     async def wait(self, timeout_s: float, wake: Nudge) -> list[StreamItem]:
         """Items that are there, waiting up to `timeout_s` for the first (or until `wake` is set); when every item
-        may wait, up to the linger for more (until one that may not, `MOST_PER_WRITE` of them, or `wake`)."""
+        may wait, for more until LINGER_S after the last take (or one that may not, `MOST_PER_WRITE` of them,
+        `wake`)."""
         if not self._items and not wake.is_set():
             await self._next(timeout_s, wake)
         if self._lingering():
-            deadline = self._first_at + self._linger_s  # from when the first was read, not from this wait
+            deadline = self._taken_at + self._linger_s
             while self._lingering() and not wake.is_set():
                 left = deadline - asyncio.get_running_loop().time()
                 if left <= 0:
@@ -152,6 +152,8 @@ class Pump:
         items = list(self._items)
         self._items.clear()
         self._urgent = False
+        if items:
+            self._taken_at = asyncio.get_running_loop().time()
         if any(not isinstance(item, HermesEvent) for item in items):
             self.ended = True  # StreamEnded, or the stream could not be opened
         return items

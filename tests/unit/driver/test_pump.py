@@ -133,3 +133,20 @@ async def test_a_long_burst_stops_waiting_at_the_most_one_write_takes() -> None:
         waiting.cancel()
     finally:
         await pump.close()
+
+
+async def test_an_event_after_a_quiet_linger_goes_at_once() -> None:
+    stream = Stream()
+    pump = Pump(cast(HermesClient, stream), 1, "run_1", linger_s=0.05)
+    try:
+        stream.items.put_nowait([_event(1)])
+        assert await pump.wait(LONG_S, Nudge()) == [_event(1)]  # read right after the pump opened: it waited
+        await asyncio.sleep(0.06)  # a slow stream: nothing for longer than the linger
+        stream.items.put_nowait([_event(2)])
+        waiting = asyncio.create_task(pump.wait(LONG_S, Nudge()))
+        await asyncio.sleep(0.001)
+        stream.items.put_nowait([_event(3)])  # would have joined it, had it waited
+        assert await waiting == [_event(2)]
+        assert await pump.wait(LONG_S, Nudge()) == [_event(3)]  # within the linger of the last take: it waited
+    finally:
+        await pump.close()
