@@ -44,8 +44,8 @@ class ScriptBatch:
     async def run(self, script: AsyncScript, keys: Sequence[str], args: Args) -> object:
         """The reply of `script` over `keys` and `args` (its error raised), sent with the turn's other calls."""
         loop = asyncio.get_running_loop()
-        if loop is not self._loop:  # a batch left on a loop that stopped before it went is no one's
-            self._loop, self._pending = loop, []
+        if loop is not self._loop:  # calls left on a loop that stopped before they ended are no one's
+            self._loop, self._pending, self._sending, self._alone = loop, [], set(), 0
         if not self._pending and not self._sending and not self._alone:  # nothing on its way: go at once, alone
             self._alone += 1
             try:
