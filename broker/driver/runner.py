@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from enum import StrEnum
 from typing import Any
 
@@ -20,6 +20,7 @@ from broker.admission.state import line_place
 from broker.clock import Clock
 from broker.driver import decide
 from broker.driver.decide import Append, Done, Follow, Queue, StopRun, Submit
+from broker.driver.follow_span import FollowSpan
 from broker.driver.gate import Gate
 from broker.driver.pump import Nudge, Pump, release
 from broker.events import JobCreated, JobEvent, JobRerouted
@@ -95,8 +96,7 @@ class Runner:
         self._stored = stored  #: the job's view hash as read with the grant (None: read it first)
         self._created_json = created  #: its JobCreated JSON as read with the grant (None: read it when submitting)
         self._job: JobCreated | None = None  #: the job's JobCreated (its body, its trace context), once read
-        self._follow_span = tracing.NO_SPAN  #: the span of following `_followed` (SPEC S6.1)
-        self._followed = 0
+        self._follow_span = FollowSpan(lambda: self.view.status.value if self.view is not None else None)
         self._wake = Nudge()
         self._pump: Pump | None = None
         self._stop_sent_attempt = 0
@@ -117,7 +117,7 @@ class Runner:
             finally:
                 if self._pump is not None:
                     await self._pump.close()
-                self._end_follow()
+                self._follow_span.end()
 
     async def _drive(self) -> Ending:
         store = self._deps.writer.store
@@ -135,7 +135,7 @@ class Runner:
             )
             match action:
                 case Done():
-                    self._end_follow()
+                    self._follow_span.end()
                     if self.has_slot:  # at once, before the stream closes: the next job in line goes now
                         await self._deps.gate.release(self.job_id, freed=self.ran, upstream=self.slot_upstream)
                         self.has_slot = False
@@ -151,7 +151,7 @@ class Runner:
                 case StopRun(hermes_run_id=run_id):
                     snapshot = await self._stop(snapshot, run_id)
                 case Follow():
-                    with self._following(action.attempt, action.hermes_run_id):
+                    with self._follow_span.within(action.attempt, action.hermes_run_id):
                         snapshot = await self._follow(snapshot, action)
 
     async def _submit(self, snapshot: Snapshot, action: Submit) -> Snapshot:
@@ -203,7 +203,7 @@ class Runner:
                 # The job ended (a stop) while Hermes was creating the run: stop the orphan.
                 await deps.client(self.slot_upstream).stop(outcome.run_id)
             else:
-                with self._following(action.attempt, outcome.run_id):  # the stream's span is the follow's child
+                with self._follow_span.within(action.attempt, outcome.run_id):  # the stream: a child of the follow
                     self._pump = Pump(deps.client(self.slot_upstream), action.attempt, outcome.run_id)
                 self._log.info("Following a Hermes run.", extra={"job": self.job_id, "hermesRun": outcome.run_id})
         return snapshot
@@ -314,28 +314,6 @@ class Runner:
         if self._job is None:
             self._job = await self._deps.writer.store.created_event(self.job_id, self._created_json)
         return self._job
-
-    def _following(self, attempt: int, run_id: str) -> contextlib.AbstractContextManager[None]:
-        """Within: spans are children of the follow span of `attempt` (started on first use)."""
-        if not tracing.enabled():
-            return tracing.NOTHING  # a follow iteration costs nothing more untraced
-        return self._traced_follow(attempt, run_id)
-
-    @contextlib.contextmanager
-    def _traced_follow(self, attempt: int, run_id: str) -> Iterator[None]:
-        if self._followed != attempt:
-            self._end_follow()
-            self._followed = attempt
-            attributes: tracing.Attributes = {tracing.ATTEMPT: attempt, tracing.RUN: run_id}
-            self._follow_span = tracing.start(tracing.FOLLOW, attributes=attributes)
-        with tracing.within(None, {tracing.ATTEMPT: attempt}), self._follow_span.current():
-            yield
-
-    def _end_follow(self) -> None:
-        if self.view is not None:
-            self._follow_span.set(tracing.STATUS, self.view.status.value)
-        self._follow_span.end()
-        self._follow_span, self._followed = tracing.NO_SPAN, 0
 
     async def _append_decided(self, snapshot: Snapshot, events: list[JobEvent]) -> Snapshot:
         """Append what next_action decided; after a concurrent append, decide again instead."""

@@ -53,13 +53,26 @@ def terminal_entry(entries: Sequence[tuple[str, dict[str, str]]]) -> JobEvent | 
     return decode(entries[0][1].get(keys.EVENT_FIELD, "")) if entries else None
 
 
+def lean_at(fields: dict[str, str]) -> str | None:
+    """The id of the entry holding the output a lean view hash leaves out ('' when it names none); None when the
+    hash holds its whole view in `state` (a `state` wins: any write after the lean move stores it again)."""
+    if keys.VIEW_STATE in fields or keys.VIEW_LEAN not in fields:
+        return None
+    return fields.get(keys.VIEW_OUTPUT_AT, "")
+
+
+def view_of(fields: dict[str, str], terminal: JobEvent | None) -> JobView | None:
+    """The view of a view hash's fields, a lean one completed from its terminal event (None: none, or unreadable)."""
+    if lean_at(fields) is None:
+        return decode_view(fields.get(keys.VIEW_STATE, ""))
+    return completed(fields[keys.VIEW_LEAN], terminal)
+
+
 async def read_view(redis: Redis, job_id: str, fields: dict[str, str]) -> JobView | None:
     """The view of a job's view hash fields (None: none, or unreadable: the caller refolds)."""
-    if keys.VIEW_STATE in fields or keys.VIEW_LEAN not in fields:
-        return decode_view(fields.get(keys.VIEW_STATE, ""))
-    at = fields.get(keys.VIEW_OUTPUT_AT, "")
+    at = lean_at(fields)
     entries = await redis.xrange(keys.events(job_id), at, at, count=1) if at else []
-    return completed(fields[keys.VIEW_LEAN], terminal_entry(_entries(entries)))
+    return view_of(fields, terminal_entry(_entries(entries)))
 
 
 async def read_views(redis: Redis, job_ids: Sequence[str]) -> list[JobView | None]:
@@ -71,31 +84,24 @@ async def read_views(redis: Redis, job_ids: Sequence[str]) -> list[JobView | Non
     found = [
         {name: value for name, value in zip(VIEW_FIELDS, reply, strict=True) if value is not None} for reply in replies
     ]
-    lean = [i for i, fields in enumerate(found) if keys.VIEW_STATE not in fields and keys.VIEW_OUTPUT_AT in fields]
+    lean = {i: at for i, fields in enumerate(found) if (at := lean_at(fields))}
     terminals: dict[int, JobEvent | None] = {}
     if lean:
         async with redis.pipeline(transaction=False) as pipe:
-            for i in lean:
-                at = found[i][keys.VIEW_OUTPUT_AT]
+            for i, at in lean.items():
                 pipe.xrange(keys.events(job_ids[i]), at, at, count=1)
             entries = await pipe.execute()
         terminals = {i: terminal_entry(_entries(reply)) for i, reply in zip(lean, entries, strict=True)}
-    views: list[JobView | None] = []
-    for i, fields in enumerate(found):
-        if i in terminals:
-            views.append(completed(fields[keys.VIEW_LEAN], terminals[i]) if keys.VIEW_LEAN in fields else None)
-        else:
-            views.append(decode_view(fields[keys.VIEW_STATE]) if keys.VIEW_STATE in fields else None)
-    return views
+    return [view_of(fields, terminals.get(i)) for i, fields in enumerate(found)]
 
 
 def state_of(fields: dict[str, str], history: Sequence[tuple[str, JobEvent]]) -> str | None:
     """The view JSON of a view hash as `state` holds it, a lean one completed from the job's events (the rebuild
     compares it with its fold); None when there is none."""
-    if keys.VIEW_STATE in fields or keys.VIEW_LEAN not in fields:
+    at = lean_at(fields)
+    if at is None:
         return fields.get(keys.VIEW_STATE)
-    at = fields.get(keys.VIEW_OUTPUT_AT)
-    view = completed(fields[keys.VIEW_LEAN], next((event for entry_id, event in history if entry_id == at), None))
+    view = view_of(fields, next((event for entry_id, event in history if entry_id == at), None))
     return encode_view(view).decode() if view is not None else fields[keys.VIEW_LEAN]
 
 
