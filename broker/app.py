@@ -91,10 +91,12 @@ def create_app(
     app[metrics_key] = Metrics()
     app[draining_key] = [False]
     app[inflight_key] = InFlight()
-    # one client per upstream, each with its own key (SPEC S10); `hermes` (a test's) stands in for the first
-    app[fleet_key] = Fleet.build(
-        config.upstreams, config.hermes_timeout_ms, observe=app[metrics_key].observe_hermes, first=hermes
-    )
+    # one client per upstream, each with its own key (SPEC S10); `hermes` (a test's) stands in for the first. With
+    # several, no call waits longer than the lost window: a frozen host is found lost within it, not a timeout later
+    timeout_ms = config.hermes_timeout_ms
+    if len(config.upstreams) > 1:
+        timeout_ms = min(timeout_ms, config.hermes_upstream_lost_ms)
+    app[fleet_key] = Fleet.build(config.upstreams, timeout_ms, observe=app[metrics_key].observe_hermes, first=hermes)
     app[hermes_key] = app[fleet_key].first
     app.on_cleanup.append(_close_hermes)
     if config.console_enabled:

@@ -108,6 +108,9 @@ class JobHeld:
     detail: str | None = None  #: Hermes's words for the refusal, or a sentence of the broker's (SPEC S3.2)
     #: When the job began to wait (it entered the line), if before this first refusal; None: at `at_ms`.
     since_ms: int | None = None
+    #: The upstream the create went to when its answer was lost (a timeout, a reset): its run may be live there, so
+    #: the attempt stays bound to it until it answers or is lost (SPEC S10). None: Hermes answered, or never got it.
+    unanswered_on: str | None = None
 
 
 @frozen(kw_only=True)

@@ -69,6 +69,8 @@ class JobView:
     #: (accepted by a broker before S10)
     upstream: str | None = None
     hold: Hold | None = None
+    #: the upstream where the current attempt's create got no answer (its run may be live there, SPEC S10)
+    unanswered_on: str | None = None
     stop_requested: bool = False
     denied_command: str | None = None
     output: str | None = None
@@ -117,6 +119,7 @@ def _apply_live(view: JobView, event: JobEvent) -> JobView:
             return evolve(
                 view,
                 hold=Hold(reason, since, retry_at, detail),
+                unanswered_on=event.unanswered_on,
                 hold_count=view.hold_count + 1,
                 last_event="job.held",
                 updated_at_ms=at,
@@ -132,6 +135,7 @@ def _apply_live(view: JobView, event: JobEvent) -> JobView:
                 hermes_run_id=run_id,
                 upstream=upstream,
                 hold=None,
+                unanswered_on=None,
                 hold_count=0,
                 approval_command=None,
                 last_event="job.accepted",
@@ -149,7 +153,7 @@ def _apply_live(view: JobView, event: JobEvent) -> JobView:
                 view, status=status, attempt=attempt, hold_count=0, last_event="job.resubmitted", updated_at_ms=at
             )
         case JobRerouted(at_ms=at):
-            return evolve(view, last_event="job.rerouted", updated_at_ms=at)
+            return evolve(view, last_event="job.rerouted", unanswered_on=None, updated_at_ms=at)
         case StopRequested(at_ms=at):
             status = JobStatus.STOPPING if view.status in _ACTIVE else view.status
             return evolve(view, status=status, stop_requested=True, last_event="job.stop_requested", updated_at_ms=at)

@@ -33,7 +33,8 @@ class UpstreamFigures:
     retry_at_ms: int = 0
     probes: int = 0
     refused: int = 0
-    lost: bool = False  #: silent past HERMES_UPSTREAM_LOST (SPEC S10)
+    lost: bool = False  #: calls to it failed, without an answer, for HERMES_UPSTREAM_LOST (SPEC S10)
+    unreachable_since_ms: int = 0  #: when calls to it began to fail (0: its last call was answered)
 
     @property
     def full(self) -> bool:

@@ -183,6 +183,7 @@ def on_create(
             attempt=attempt,
             detail=refused.detail,
             since_ms=since,
+            unanswered_on=upstream if isinstance(outcome, Unavailable) and outcome.unanswered else None,
         )
     ]
 

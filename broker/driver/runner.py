@@ -271,6 +271,8 @@ class Runner:
             return snapshot
         if isinstance(run, HermesRun | NotFound):
             return await self._settle(snapshot, action, run)
+        if await self._deps.gate.store.lost(snapshot.view.upstream, self._deps.clock.now_ms()):
+            return await self._upstream_lost(snapshot, action)  # a frozen host: its stream is silent, polls fail
         return snapshot
 
     async def _poll(self, snapshot: Snapshot, action: Follow) -> Snapshot:
@@ -326,7 +328,14 @@ class Runner:
         """Its upstream has answered nothing for HERMES_UPSTREAM_LOST: the run counts as interrupted, and the
         resubmit goes back to the line without the lost upstream's slot, so it is routed elsewhere (SPEC S10)."""
         now, policy = self._deps.clock.now_ms(), self._deps.policy
+        upstream = snapshot.view.upstream
         snapshot = await self._commit(snapshot, lambda v: decide.on_upstream_lost(v, action.attempt, now, policy))
+        if snapshot.view.attempt > action.attempt or snapshot.view.status.terminal:
+            # its run may still be live there: stopped once the upstream answers again (SPEC S10)
+            await self._deps.gate.store.health.orphan(upstream, action.hermes_run_id, now)
+            if self._pump is not None:
+                await self._pump.close()
+                self._pump = None
         if self.has_slot:
             await self._deps.gate.release(self.job_id, freed=False, upstream=self.slot_upstream)
             self.has_slot = False

@@ -25,6 +25,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from broker.admission.state import line_place
+from broker.driver.prober import Prober
 from broker.driver.runner import Deps, Ending, Runner
 from broker.errors import JobNotFound, LeaseLost, NotReplicated
 from broker.logging import get_logger
@@ -49,7 +50,13 @@ class Supervisor:
         self._concurrency = concurrency
         self._runners: dict[str, tuple[Runner, asyncio.Task[None]]] = {}
         self._lost: set[str] = set()
-        self._heard: dict[str, tuple[int, int]] = {}  #: per upstream: (answered, failed) ms last reported (SPEC S10)
+        fleet = deps.fleet
+        #: the upstreams' health: reports, probes, orphans (SPEC S10); only with several upstreams
+        self._prober = (
+            Prober(fleet, deps.gate.store.health, lost_ms=deps.gate.store.pacing.upstream_lost_ms)
+            if fleet is not None and len(fleet) > 1
+            else None
+        )
         self._freed = asyncio.Event()
         self._line_bell = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
@@ -64,7 +71,9 @@ class Supervisor:
         self._line_bell.set()
 
     def start(self) -> None:
-        loops = (self._claim_loop, self._admit_loop, self._promote_loop, self._renew_loop, self._nudge_loop)
+        loops = [self._claim_loop, self._admit_loop, self._promote_loop, self._renew_loop, self._nudge_loop]
+        if self._prober is not None:
+            loops.append(self._health_loop)
         for loop in loops:
             self._loops.append(asyncio.create_task(self._guarded(loop), name=f"{loop.__name__}"))
 
@@ -258,7 +267,6 @@ class Supervisor:
                     slots.setdefault(runner.slot_upstream, []).append(job_id)
             for upstream, ids in slots.items():
                 await self._deps.gate.hold(ids, now, renew_only=True, upstream=upstream)
-            await self._report_answers()
             driven = list(self._runners.items())
             held = await self._leases.renew_many([(job_id, runner.token) for job_id, (runner, _) in driven], now)
             for (job_id, (_, task)), renewed in zip(driven, held, strict=True):  # one round trip for all leases
@@ -266,19 +274,9 @@ class Supervisor:
                     self._lost.add(job_id)
                     task.cancel()
 
-    async def _report_answers(self) -> None:
-        """Share when this replica's calls to each upstream last got an answer and last got none (SPEC S10: an
-        upstream silent past HERMES_UPSTREAM_LOST is lost); only what changed, only with several upstreams."""
-        fleet = self._deps.fleet
-        if fleet is None or len(fleet) < 2:
-            return
-        for upstream, client in fleet:
-            heard = (getattr(client, "answered_at_ms", 0), getattr(client, "failed_at_ms", 0))
-            last = self._heard.get(upstream.name, (0, 0))
-            if heard != last:
-                answered, failed = (now if now > before else 0 for now, before in zip(heard, last, strict=True))
-                await self._deps.gate.store.heard_from(upstream.name, answered_ms=answered, failed_ms=failed)
-                self._heard[upstream.name] = heard
+    async def _health_loop(self) -> None:
+        assert self._prober is not None
+        await self._prober.run(self._deps.clock)
 
     async def _nudge_loop(self) -> None:
         # A job that joined the line while this replica was not listening is seen by the pass this rings.

@@ -31,6 +31,7 @@ from broker.hermes.models import (
     Relayed,
     StopOutcome,
     Stopping,
+    StreamEnded,
     StreamItem,
     Unauthorized,
     Unavailable,
@@ -40,6 +41,7 @@ from broker.hermes.models import (
 from broker.hermes.outcomes import create_outcome, failure_outcome
 from broker.hermes.sse import read_stream
 from broker.logging import get_logger
+from broker.upstreams import health
 
 #: Called after every Hermes call with (method, route, status or None, seconds): metrics.
 Observer = Callable[[str, str, int | None, float], None]
@@ -100,8 +102,8 @@ class AiohttpHermesClient:
         self._owns_session = session is None
         self._observe = observe
         self.last_answered: bool | None = None  #: did Hermes answer the last call (None: no call yet)
-        self.answered_at_ms = 0  #: when Hermes last answered anything (epoch ms; SPEC S10 lost upstreams)
-        self.failed_at_ms = 0  #: when a call last got no answer (epoch ms)
+        #: what this replica's calls met: answers (any call, stream events and keepalives) and failures (SPEC S10)
+        self.heard = health.Heard()
         self._answer: asyncio.Event | None = None  #: set by the next answered call (callers backing off wait on it)
         self._log = get_logger(type(self))
         url = URL(self._base_url)
@@ -174,6 +176,8 @@ class AiohttpHermesClient:
                     yield failure_outcome(opened.status, run_id)
                     return
                 async for item in read_stream(opened, idle_timeout_s):
+                    if not isinstance(item, StreamEnded):
+                        self.heard_now()
                     yield item
             finally:
                 opened.close()
@@ -222,6 +226,7 @@ class AiohttpHermesClient:
     ) -> _Reply | Unavailable:
         started = time.monotonic()
         status: int | None = None
+        answer = False
         sent = self._headers(headers)
         span.inject(sent)  # the call's span is Hermes's parent (SPEC S6.1)
         try:
@@ -233,13 +238,17 @@ class AiohttpHermesClient:
                 timeout=aiohttp.ClientTimeout(total=self._timeout_s),
             ) as response:
                 status = response.status
-                return _Reply(response.status, response.headers, await response.read())
+                reply = _Reply(response.status, response.headers, await response.read())
+                answer = is_answer(status, reply.body)
+                if not answer:  # a proxy in front of a dead Hermes: the request may have reached it
+                    return Unavailable(f"Hermes answered HTTP {status}.", unanswered=True)
+                return reply
         except TimeoutError:
-            return Unavailable(self._timed_out)
+            return Unavailable(self._timed_out, unanswered=True)
         except (aiohttp.ClientError, OSError) as exc:
-            return Unavailable(_unreachable(exc))
+            return Unavailable(_unreachable(exc), unanswered=_maybe_sent(exc))
         finally:
-            self._logged(method, path, status, started, span)
+            self._logged(method, path, status, started, span, answer)
 
     async def _open(self, path: str, span: tracing.Span = tracing.NO_SPAN) -> aiohttp.ClientResponse | Unavailable:
         """Send a streaming GET and wait (within the request timeout) for its headers only."""
@@ -249,17 +258,19 @@ class AiohttpHermesClient:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._timeout_s, sock_read=None)
         sent = self._headers(None)
         span.inject(sent)
+        answer = False
         try:
             async with asyncio.timeout(self._timeout_s):
                 response = await self._client().get(self._url(path), headers=sent, timeout=timeout)
             status = response.status
+            answer = status not in _PROXY_FAILURES or response.content_type == "application/json"
             return response
         except TimeoutError:
-            return Unavailable(self._timed_out)
+            return Unavailable(self._timed_out, unanswered=True)
         except (aiohttp.ClientError, OSError) as exc:
-            return Unavailable(_unreachable(exc))
+            return Unavailable(_unreachable(exc), unanswered=_maybe_sent(exc))
         finally:
-            self._logged("GET", path, status, started, span)
+            self._logged("GET", path, status, started, span, answer)
 
     def _span(self, operation: str, method: str, route: str, run_id: str | None = None) -> tracing.Span:
         """A client span of one Hermes call (no attributes are even built when tracing is off)."""
@@ -290,8 +301,18 @@ class AiohttpHermesClient:
             headers["Authorization"] = f"Bearer {self._api_key}"
         return headers
 
+    def heard_now(self) -> None:
+        """An event or keepalive of a run's stream arrived: Hermes answers (SPEC S10)."""
+        self.heard = health.answered(self.heard, int(time.time() * 1000))
+
     def _logged(
-        self, method: str, path: str, status: int | None, started: float, span: tracing.Span = tracing.NO_SPAN
+        self,
+        method: str,
+        path: str,
+        status: int | None,
+        started: float,
+        span: tracing.Span = tracing.NO_SPAN,
+        answer: bool = False,
     ) -> None:
         span.set("http.response.status_code", status)
         if status is None or status >= 400:
@@ -302,10 +323,11 @@ class AiohttpHermesClient:
         if self.last_answered and self._answer is not None:
             self._answer.set()  # the server is back: whoever backs off from it asks again now
             self._answer = None
-        if status is not None:
-            self.answered_at_ms = int(time.time() * 1000)
-        else:
-            self.failed_at_ms = int(time.time() * 1000)
+        now_ms = int(time.time() * 1000)
+        if answer:
+            self.heard = health.answered(self.heard, now_ms)
+        else:  # counted from when the call began: the upstream was silent since then
+            self.heard = health.failed(self.heard, now_ms - duration_ms)
         if self._observe is not None:
             self._observe(method, _route(path), status, elapsed)
         self._log.debug(
@@ -314,6 +336,18 @@ class AiohttpHermesClient:
 
 
 _NOT_JSON = "Hermes answered without a JSON body."
+#: What a proxy in front of a dead Hermes answers; without Hermes's JSON body it is no answer of Hermes's (SPEC S10).
+_PROXY_FAILURES = frozenset({502, 503, 504})
+
+
+def is_answer(status: int, body: bytes) -> bool:
+    """Did Hermes itself answer? Any status but a 502/503/504 that carries no JSON object (SPEC S10)."""
+    return status not in _PROXY_FAILURES or parse_json_object(body) is not None
+
+
+def _maybe_sent(exc: BaseException) -> bool:
+    """Could the request have reached Hermes before the failure? Not when the connection was never made."""
+    return not isinstance(exc, aiohttp.ClientConnectorError | ConnectionRefusedError)
 
 
 def _unreachable(exc: BaseException) -> str:

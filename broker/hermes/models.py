@@ -44,6 +44,9 @@ class Unavailable:
     """Hermes did not answer usefully: refused, reset, timed out, 5xx or garbage; `reason` is a sentence."""
 
     reason: str
+    #: the request may have reached Hermes and its answer was lost (a timeout, a reset connection): a create may
+    #: have started a run there (SPEC S10: the attempt stays bound to that upstream)
+    unanswered: bool = field(default=False, eq=False)
 
 
 @frozen

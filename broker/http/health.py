@@ -120,6 +120,8 @@ def _upstream(upstream: UpstreamFigures) -> dict[str, object]:
         "detail": (upstream.detail or None) if refusing else None,
         "retry_at": upstream.retry_at_ms / 1000 if refusing else None,
         "lost": upstream.lost,
+        # while calls to it fail (SPEC S10): when that began
+        "unreachable_since": upstream.unreachable_since_ms / 1000 if upstream.unreachable_since_ms else None,
     }
 
 

@@ -53,7 +53,9 @@ from broker.store.replies import ints_and_ids as _ints_and_ids
 from broker.store.replies import scored as _scored
 from broker.store.replies import text as _text
 from broker.store.scripts import Args, Scripts, run_many
-from broker.store.upstream_admission import UpstreamSlots, grant_calls, is_lost, need_of, reserved
+from broker.store.upstream_admission import UpstreamSlots, grant_calls, need_of, reserved
+from broker.store.upstream_health import HealthStore
+from broker.upstreams.health import is_lost
 from projections.job import JobView
 
 #: How often a pass reads every partition's line (else only those known to hold waiting jobs).
@@ -103,6 +105,7 @@ class AdmissionStore:
         self.upstreams = tuple(upstreams) or (UpstreamSlots("", keys.FIRST_ADMISSION, pacing.pinned),)
         self._first = self.upstreams[0].keys
         self._affinity = affinity  #: sessions' upstreams (SPEC S10); None: no affinity
+        self.health = HealthStore(redis, self.upstreams)  #: the upstreams' shared health (SPEC S10)
         self.virtual = virtual or fair.VirtualTimes()  #: V per priority, learnt with every pass (SPEC S4.2)
         self._drifted: list[int] = []  #: partitions read with an empty line but counts of waiting jobs
         self._slots = KnownSlots()  #: the slots this replica granted, and the acceptances it wrote
@@ -194,17 +197,9 @@ class AdmissionStore:
                 break
         return taken
 
-    async def heard_from(self, upstream: str, *, answered_ms: int, failed_ms: int) -> None:
-        """A replica's calls to the upstream last got an answer, and last got none, then (SPEC S10 lost upstreams)."""
-        for name, at in (("answered", answered_ms), ("failed", failed_ms)):
-            if at:
-                await self._redis.hset(self.upstream(upstream).keys.state, name, at)
-
     async def lost(self, upstream: str | None, now_ms: int) -> bool:
         """Have calls to the upstream got no answer, at any replica, for HERMES_UPSTREAM_LOST?"""
-        read = await self._redis.hmget(self.upstream(upstream).keys.state, ["answered", "failed"])
-        answered, failed = (None if at is None else _text(at) for at in read)
-        return is_lost(answered, failed, now_ms, self.pacing.upstream_lost_ms)
+        return is_lost(await self.health.read(upstream), now_ms, self.pacing.upstream_lost_ms)
 
     def _park(self, job_id: str, upstream: str) -> None:
         if len(self._parked) >= MAX_PARKED:

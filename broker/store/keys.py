@@ -125,6 +125,12 @@ class AdmissionKeys:
         """KEYS[1..4] of the scripts of a pass: state, live, slots, reserved."""
         return [self.state, self.live, self.slots, self.reserved]
 
+    @property
+    def orphans(self) -> str:
+        """zset, Hermes run id -> epoch ms: runs left on the upstream when it was lost and their jobs moved on, to be
+        stopped there once it answers again (SPEC S10). In the upstream's slot."""
+        return self.state.removesuffix(":state") + ":orphans"
+
 
 FIRST_ADMISSION = AdmissionKeys(ADMISSION_STATE, ADMISSION_LIVE, ADMISSION_SLOTS, ADMISSION_RESERVED)
 

@@ -47,6 +47,8 @@ NAMES = (
     "board_promote",
     "release_lock",
     "reindex_job",
+    "upstream_heard",
+    "upstream_probe",
 )
 
 
@@ -82,6 +84,8 @@ class Scripts:
         self.admission_fair_clear: AsyncScript = redis.register_script(source("admission_fair_clear"))
         self.admission_ties: AsyncScript = redis.register_script(source("admission_ties"))
         self.fair_turn: AsyncScript = redis.register_script(source("fair_turn"))
+        self.upstream_heard: AsyncScript = redis.register_script(source("upstream_heard"))
+        self.upstream_probe: AsyncScript = redis.register_script(source("upstream_probe"))
 
     async def run(
         self,

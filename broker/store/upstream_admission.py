@@ -7,11 +7,12 @@ from collections.abc import Mapping, Sequence
 
 from attrs import frozen
 
-from broker.admission.route import Need, Standing
+from broker.admission.route import UNTIL_LOST, Need, Standing
 from broker.admission.state import INITIAL_LIMIT, UpstreamFigures
 from broker.events import HoldReason
 from broker.store import keys
 from broker.upstreams import Upstream
+from broker.upstreams.health import Reach, parse, reach
 from projections.job import JobView
 
 _REASONS = frozenset(reason.value for reason in HoldReason)
@@ -34,6 +35,7 @@ def slots_of(upstreams: Sequence[Upstream]) -> tuple[UpstreamSlots, ...]:
 def figures(upstream: UpstreamSlots, state: dict[str, str], live: int, now_ms: int, lost_ms: int) -> UpstreamFigures:
     """An upstream's figures from its state hash and its count of live slots."""
     refusing = state.get("refusing", "")
+    health = parse(state.get("answered"), state.get("failing"))
     return UpstreamFigures(
         name=upstream.name,
         limit=upstream.pinned or int(state.get("limit") or INITIAL_LIMIT),
@@ -45,15 +47,9 @@ def figures(upstream: UpstreamSlots, state: dict[str, str], live: int, now_ms: i
         retry_at_ms=int(state.get("retry_at") or 0),
         probes=int(state.get("probes") or 0),
         refused=int(state.get("refused") or 0),
-        lost=is_lost(state.get("answered"), state.get("failed"), now_ms, lost_ms),
+        lost=reach(health, now_ms, lost_ms) is Reach.LOST,
+        unreachable_since_ms=health.failing_since_ms,
     )
-
-
-def is_lost(answered: str | None, failed: str | None, now_ms: int, lost_ms: int) -> bool:
-    """Calls to it get no answer, and none has for HERMES_UPSTREAM_LOST (at any replica). An idle upstream (no call
-    failed since its last answer) and one that never answered are not lost."""
-    last_answer, last_failure = int(answered or 0), int(failed or 0)
-    return last_answer > 0 and last_failure > last_answer and now_ms - last_answer >= lost_ms
 
 
 @frozen
@@ -69,8 +65,9 @@ class Reserved:
 
 
 def reserved(upstream: UpstreamSlots, reply: list[str], now_ms: int, lost_ms: int) -> Reserved:
-    """Parse `{wake_at, v1..v5, limit, in_use, refusing, since, answered, failed, reservation...}`."""
+    """Parse `{wake_at, v1..v5, limit, in_use, refusing, since, answered, failing, reservation...}`."""
     refusing = reply[8]
+    health = parse(reply[10], reply[11])
     standing = Standing(
         name=upstream.name,
         limit=int(reply[6]),
@@ -78,7 +75,8 @@ def reserved(upstream: UpstreamSlots, reply: list[str], now_ms: int, lost_ms: in
         free=len(reply) - 12,
         refusing=HoldReason(refusing) if refusing in _REASONS else None,
         refusing_since_ms=int(reply[9] or 0),
-        lost=is_lost(reply[10], reply[11], now_ms, lost_ms),
+        lost=reach(health, now_ms, lost_ms) is Reach.LOST,
+        failing_since_ms=health.failing_since_ms,
     )
     return Reserved(
         upstream, int(reply[0]), [int(float(tag)) for tag in reply[1:6]], standing, reply[12:], refusing != ""
@@ -86,11 +84,17 @@ def reserved(upstream: UpstreamSlots, reply: list[str], now_ms: int, lost_ms: in
 
 
 def need_of(view: JobView | None, first: str, affinities: Mapping[str, str], grace_ms: int) -> Need:
-    """What routing needs of a claimed job (SPEC S10): a resubmit (attempt n > 1) is bound to its interrupted run's
-    upstream (the first for a run accepted before S10), to go elsewhere as soon as that one is down; a first attempt
-    of a session with an affinity is bound to that upstream, to go elsewhere after `grace_ms` of it being down."""
+    """What routing needs of a claimed job (SPEC S10):
+    - a create whose answer was lost is bound to its upstream until that one is lost (its run may be live there;
+      the replay with the same key goes there);
+    - a resubmit (attempt n > 1) is bound to its interrupted run's upstream (the first for a run accepted before
+      S10), to go elsewhere as soon as that one is down;
+    - a first attempt of a session with an affinity is bound to that upstream, to go elsewhere after `grace_ms` of
+      it being down."""
     if view is None:
         return Need()
+    if view.unanswered_on is not None:  # its create's answer was lost there: its run may be live there
+        return Need(bound=view.unanswered_on, patience_ms=UNTIL_LOST)
     if view.attempt > 1:
         return Need(bound=view.upstream or first, patience_ms=0)
     if view.session_id is not None and view.session_id in affinities:

@@ -8,12 +8,13 @@
 --   (one slot: the upstream's, {adm} for the first of HERMES_URL, {adm:<name>} for the others, SPEC S10)
 -- ARGV[1] now (epoch ms)   ARGV[2] most slots the caller can use   ARGV[3] slot ttl ms (RUNS_LEASE)
 -- ARGV[4] pinned limit (0 = learnt)   ARGV[5] a learnt limit's start   ARGV[6] reservation token
--- Returns {wake_at, v1, .., v5, limit, in_use, refusing, since, answered, failed, reservation1, ...}; wake_at (0:
+-- Returns {wake_at, v1, .., v5, limit, in_use, refusing, since, answered, failing, reservation1, ...}; wake_at (0:
 -- none) is
 -- when the next probe may go while Hermes refuses; v1..v5 the virtual time of each priority (SPEC S4.2, kept by
 -- admission_grant.lua in the first upstream's state), which the replica's creates use; limit, in_use (live slots
--- and reservations before this one's), refusing (the reason, '' = none), since, answered and failed (when a call of
--- any replica last got an answer, and last got none; '' = never): what routing reads (SPEC S10).
+-- and reservations before this one's), refusing (the reason, '' = none), since, answered and failing (when a call of
+-- any replica last got an answer, and when the current streak of calls without one began; '' = never, 0 = not
+-- failing; broker/upstreams/health.py): what routing reads (SPEC S10).
 local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[3])
 for _, job in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)) do
   -- its holder stopped renewing (a dead replica): the slot comes back
@@ -22,7 +23,7 @@ for _, job in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)) do
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
 local s = redis.call('HMGET', KEYS[1], 'limit', 'refusing', 'retry_at', 'v1', 'v2', 'v3', 'v4', 'v5', 'since', 'answered',
-                        'failed')
+                        'failing')
 local limit = tonumber(ARGV[4])
 if limit == 0 then
   limit = tonumber(s[1] or ARGV[5])

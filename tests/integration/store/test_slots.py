@@ -34,6 +34,7 @@ from broker.store.rebuild import RebuildStore, Replacement
 from broker.store.scripts import NAMES, source
 from broker.store.upstream_admission import slots_of
 from broker.upstreams import build
+from broker.upstreams.health import Heard
 from projections.board import BoardState
 from projections.job import apply, fold
 from tests.conftest import RedisServer
@@ -127,6 +128,15 @@ async def _second_upstream(redis: Redis) -> object:
 
 async def _release(redis: Redis) -> object:
     return await _admission(redis).release(JOB, freed=True)
+
+
+async def _health(redis: Redis) -> object:
+    health = _fleet(redis).health
+    await health.report(SECOND, Heard(answered_ms=1_000, failing_since_ms=2_000, failed_ms=3_000))
+    await health.claim_probe(SECOND, 3_000, 4_000)
+    await health.orphan(SECOND, "run_1", 3_000)
+    await health.settled(SECOND, "run_1")
+    return await health.read(SECOND)
 
 
 async def _requeue(redis: Redis) -> object:
@@ -291,6 +301,7 @@ SINGLE_SLOT: list[tuple[str, Operation]] = [
     ("admission_release", _release),
     ("admission_requeue", _requeue),
     ("admission_accepted/refused/release/requeue on an upstream past the first (SPEC S10)", _second_upstream),
+    ("upstream_heard + upstream_probe + orphans (an upstream's health, SPEC S10)", _health),
     ("fair_turn + append_events (create with a fairness key)", _create_keyed),
     ("admission_enter", _enter),
     ("admission_fair_clear", _fair_clear),
@@ -314,7 +325,7 @@ COVERED = {
     "admission_claim", "admission_grant", "admission_accepted", "admission_refused", "admission_release",
     "admission_requeue", "admission_enter", "admission_fair_clear", "admission_ties", "fair_turn",
     "replace_view", "remove_deltas", "board_ack", "board_promote", "release_lock",
-    "reindex_job",
+    "reindex_job", "upstream_heard", "upstream_probe",
 }  # fmt: skip
 
 

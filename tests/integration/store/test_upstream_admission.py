@@ -3,6 +3,8 @@ kept apart per upstream; the first upstream is today's `{adm}` keys, so a one-UR
 
 from __future__ import annotations
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from redis.asyncio import Redis
 
 from broker.admission.pacing import Pacing
@@ -11,6 +13,7 @@ from broker.store import keys
 from broker.store.admission import AdmissionStore
 from broker.store.upstream_admission import UpstreamSlots, slots_of
 from broker.upstreams import build
+from broker.upstreams.health import Health, Heard, merge
 from tests.conftest import BOTH_BACKENDS
 
 pytestmark = BOTH_BACKENDS
@@ -85,3 +88,33 @@ async def test_a_one_url_store_reads_what_the_broker_before_upstreams_wrote(redi
         assert (line.limit, line.live, line.refusing) == (7, 1, HoldReason.DRAINING)
         assert (only.limit, only.live, only.refusing, only.detail) == (7, 1, HoldReason.DRAINING, "Draining.")
         assert isinstance(store.upstreams[0], UpstreamSlots) and store.upstreams[0].keys == keys.FIRST_ADMISSION
+
+
+@given(reports=st.lists(st.builds(Heard, st.integers(0, 50), st.integers(0, 50), st.integers(0, 50)), max_size=6))
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+async def test_the_shared_health_is_merged_in_redis_as_the_pure_model_merges_it(
+    redis: Redis, reports: list[Heard]
+) -> None:
+    # SPEC S10: upstream_heard.lua keeps the rule of broker/upstreams/health.py `merge`, report by report
+    store = fleet(redis)
+    await redis.delete(store.upstream(SECOND).keys.state)
+    expected = Health()
+    for heard in reports:
+        expected = merge(expected, heard)
+        assert await store.health.report(SECOND, heard) == expected
+    assert await store.health.read(SECOND) == expected
+
+
+async def test_one_probe_at_a_time_and_a_lost_upstream_is_seen_by_every_replica(redis: Redis) -> None:
+    one, other = fleet(redis), fleet(redis)  # two replicas
+    assert await one.health.claim_probe(SECOND, NOW, NOW + 2_000)
+    assert not await other.health.claim_probe(SECOND, NOW + 1_999, NOW + 4_000)  # paced: not before NOW + 2 s
+    assert await other.health.claim_probe(SECOND, NOW + 2_000, NOW + 4_000)
+    await one.health.report(SECOND, Heard(answered_ms=NOW - 60_000, failing_since_ms=NOW, failed_ms=NOW))
+    lost_ms = one.pacing.upstream_lost_ms
+    assert not await other.lost(SECOND, NOW + lost_ms - 1)
+    assert await other.lost(SECOND, NOW + lost_ms)
+    assert not await other.lost(FIRST, NOW + lost_ms)  # kept apart per upstream
+    state = await other.state(NOW + lost_ms, lines=False)
+    second = next(u for u in state.upstreams if u.name == SECOND)
+    assert second.lost and second.unreachable_since_ms == NOW

@@ -8,7 +8,7 @@ import attrs
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.admission.route import Choice, Need, Standing, route, route_all, take
+from broker.admission.route import UNTIL_LOST, Choice, Need, Standing, route, route_all, take
 from broker.events import HoldReason
 
 NAMES = ["hermes-1:8642", "hermes-2:8642", "10.0.0.7:8642/agent", "h4"]
@@ -24,6 +24,7 @@ def standings(draw: st.DrawFn) -> list[Standing]:
         limit = draw(st.integers(1, 12))
         in_use = draw(st.integers(0, limit))
         refusing = draw(st.sampled_from([None, None, *HoldReason]))
+        failing = refusing is HoldReason.UNAVAILABLE and draw(st.booleans())  # its calls fail (health.py)
         found.append(
             Standing(
                 name=name,
@@ -32,7 +33,8 @@ def standings(draw: st.DrawFn) -> list[Standing]:
                 free=draw(st.integers(0, min(1, limit - in_use) if refusing else limit - in_use)),
                 refusing=refusing,
                 refusing_since_ms=NOW - draw(st.integers(0, 2 * GRACE)) if refusing else 0,
-                lost=draw(st.booleans()) if refusing else False,
+                lost=draw(st.booleans()) if failing else False,
+                failing_since_ms=NOW - draw(st.integers(1, 2 * GRACE)) if failing else 0,
             )
         )
     return found
@@ -41,8 +43,13 @@ def standings(draw: st.DrawFn) -> list[Standing]:
 needs = st.builds(
     Need,
     bound=st.sampled_from([None, *NAMES, "gone:1"]),
-    patience_ms=st.sampled_from([0, GRACE]),
+    patience_ms=st.sampled_from([0, GRACE, UNTIL_LOST]),
 )
+
+
+def usable(states: list[Standing], standing: Standing) -> bool:
+    """Can it take a create? A free slot, and in a fleet its calls answered (a failing one is probed without jobs)."""
+    return standing.free > 0 and not (len(states) > 1 and standing.failing)
 
 
 def waits_for_bound(states: list[Standing], need: Need) -> Standing | None:
@@ -67,9 +74,9 @@ def test_no_job_waits_while_an_upstream_it_may_use_has_a_free_slot(states: list[
         bound = waits_for_bound(current, need)
         if choice.upstream is None:
             if bound is not None:
-                assert bound.free == 0  # it waits only for its own upstream, busy
+                assert not usable(current, bound)  # it waits only for its own upstream: busy, or failing
             else:
-                assert all(s.free == 0 for s in current)  # its own upstream's probe included
+                assert not any(usable(current, s) for s in current)  # its own upstream's probe included
         else:
             current = take(current, choice.upstream)
 
@@ -79,27 +86,43 @@ def test_a_job_bound_to_an_upstream_that_is_up_goes_there_or_waits(states: list[
     choice = route(states, need, NOW)
     bound = waits_for_bound(states, need)
     if bound is not None:
-        assert choice == Choice(upstream=bound.name if bound.free else None)
+        assert choice == Choice(upstream=bound.name if usable(states, bound) else None)
     elif choice.upstream is not None and choice.upstream == need.bound:
         # down past its patience with nowhere else to go: it takes its own upstream's probe, unmoved
-        assert all(s.free == 0 for s in states if s.name != need.bound) and choice.moved_from is None
+        assert not any(usable(states, s) for s in states if s.name != need.bound) and choice.moved_from is None
     elif choice.upstream is not None:  # down past its patience (or gone): it moves, and says so
         assert choice.moved_from == need.bound and (choice.reason is None) == (need.bound is None)
 
 
 @given(standings())
-def test_a_free_job_goes_to_the_lowest_share_in_use_among_upstreams_with_room_refusing_ones_last(
+def test_a_free_job_goes_to_a_refusing_ones_probe_first_then_the_lowest_share_in_use_never_to_a_failing_one(
     states: list[Standing],
 ) -> None:
     choice = route(states, Need(), NOW)
-    open_ = [s for s in states if s.free > 0]
+    open_ = [s for s in states if usable(states, s)]
     if not open_:
         assert choice == Choice(upstream=None)
         return
     chosen = next(s for s in states if s.name == choice.upstream)
     assert choice.moved_from is None
     for other in open_:
-        assert (chosen.refusing is not None, chosen.share) <= (other.refusing is not None, other.share)
+        assert (chosen.refusing is None, chosen.share) <= (other.refusing is None, other.share)
+
+
+def test_a_refusing_upstream_that_answers_gets_its_probe_while_another_has_room() -> None:
+    # it refused once (a brief fault); its probe is due (one free slot): the next job goes there, so it is found up
+    refused = Standing(name="a", limit=4, in_use=0, free=1, refusing=HoldReason.UNAVAILABLE, refusing_since_ms=NOW - 5)
+    roomy = Standing(name="b", limit=4, in_use=0, free=4)
+    assert route_all([refused, roomy], [Need()] * 3, NOW) == [
+        Choice(upstream="a"),
+        Choice(upstream="b"),
+        Choice(upstream="b"),
+    ]
+    # while its calls fail (unreachable, or lost) it gets no create: its health probe finds it back
+    unreachable = attrs.evolve(refused, failing_since_ms=NOW - 5)
+    assert route_all([unreachable, roomy], [Need()] * 3, NOW) == [Choice(upstream="b")] * 3
+    lost = attrs.evolve(unreachable, lost=True)
+    assert route_all([lost, roomy], [Need()] * 5, NOW) == [Choice(upstream="b")] * 4 + [Choice(upstream=None)]
 
 
 def test_the_spread_fills_each_upstream_in_proportion_to_its_limit() -> None:
@@ -126,12 +149,28 @@ def test_a_session_waits_for_its_busy_upstream_and_moves_after_the_grace_of_it_b
     assert route([late, other], session, NOW) == Choice(upstream="b", moved_from="a", reason="unavailable")
     resubmit = Need(bound="a", patience_ms=0)  # an interrupted run's upstream: elsewhere as soon as it is down
     assert route([down, other], resubmit, NOW) == Choice(upstream="b", moved_from="a", reason="unavailable")
-    assert route([down, other], Need(bound="gone"), NOW) == Choice(upstream="b", moved_from="gone", reason="removed")
+    # no longer listed: it goes where any free job would (a refusing upstream's due probe first)
+    assert route([down, other], Need(bound="gone"), NOW) == Choice(upstream="a", moved_from="gone", reason="removed")
+    assert route([other], Need(bound="gone"), NOW) == Choice(upstream="b", moved_from="gone", reason="removed")
     alone = Choice(upstream="a")  # nowhere else to go: its own upstream's probe, not moved
     assert route([down], resubmit, NOW) == alone and route([late], session, NOW) == alone
     assert route([down, Standing(name="b", limit=2, in_use=2, free=0)], resubmit, NOW) == alone
-    lost = Standing(name="a", limit=2, in_use=0, free=0, lost=True)
+    lost = Standing(name="a", limit=2, in_use=0, free=0, lost=True, failing_since_ms=1)
     assert route([lost, other], session, NOW) == Choice(upstream="b", moved_from="a", reason="lost")
+    # unreachable (its calls fail) within the grace: the session waits for it, without a create there
+    failing = attrs.evolve(down, failing_since_ms=NOW - 5)
+    assert route([failing, other], session, NOW) == Choice(upstream=None)
+
+
+def test_a_create_whose_answer_was_lost_stays_bound_to_its_upstream_until_it_is_lost() -> None:
+    unanswered = Need(bound="a", patience_ms=UNTIL_LOST)
+    other = Standing(name="b", limit=2, in_use=0, free=2)
+    silent = Standing(name="a", limit=2, in_use=1, free=1, refusing=HoldReason.UNAVAILABLE, failing_since_ms=1)
+    assert route([silent, other], unanswered, NOW) == Choice(upstream=None)  # however long, while not lost
+    answering = attrs.evolve(silent, failing_since_ms=0, refusing_since_ms=1)
+    assert route([answering, other], unanswered, NOW) == Choice(upstream="a")  # the replay of its create, there
+    lost = attrs.evolve(silent, lost=True)
+    assert route([lost, other], unanswered, NOW) == Choice(upstream="b", moved_from="a", reason="lost")
 
 
 def test_a_job_bound_to_a_down_upstream_with_nowhere_else_to_go_takes_its_probe() -> None:

@@ -1,0 +1,88 @@
+"""Each replica's share of the upstreams' health (SPEC S10): it reports what its own calls met, probes an upstream
+whose calls fail (one probe at a time across the replicas), and stops the runs a returning upstream still holds
+for jobs that moved on while it was lost.
+
+What a call met is recorded by the Hermes client (`heard`, broker/upstreams/health.py); this loop merges it into
+the shared health only when that changes something (a streak began or ended), so a healthy fleet costs one read
+per upstream per tick. Only with several upstreams: a lone upstream's probe is a create (SPEC S4.1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from broker.clock import Clock
+from broker.hermes.client import HermesClient
+from broker.hermes.fleet import Fleet
+from broker.hermes.models import NotFound, Rejected, Stopping
+from broker.logging import get_logger
+from broker.store.upstream_health import HealthStore
+from broker.upstreams.health import Health, Heard, Reach, reach, report_due
+
+#: How often each replica looks at the upstreams' health.
+TICK_S = 1.0
+#: A failing upstream is probed this often (by one replica), at most; never less than four times per lost window.
+PROBE_INTERVAL_MS = 2_000
+#: The run id a health probe asks for: any answer of Hermes's (a 404 envelope) says it is up.
+PROBE_RUN = "hbr-health-probe"
+
+
+class Prober:
+    def __init__(self, fleet: Fleet, store: HealthStore, *, lost_ms: int) -> None:
+        self._fleet = fleet
+        self._store = store
+        self._lost_ms = lost_ms
+        self._interval_ms = max(100, min(PROBE_INTERVAL_MS, lost_ms // 4))
+        self._reported: dict[str, Heard] = {}
+        self._shared: dict[str, Health] = {}
+        self._reach: dict[str, Reach] = {}
+        self._log = get_logger(type(self))
+
+    async def run(self, clock: Clock) -> None:
+        """Tick for ever."""
+        while True:
+            await self.tick(clock.now_ms())
+            await asyncio.sleep(TICK_S)
+
+    async def tick(self, now_ms: int) -> None:
+        for upstream, client in self._fleet:
+            await self._look(upstream.name, client, now_ms)
+
+    async def _look(self, name: str, client: HermesClient, now_ms: int) -> None:
+        shared = await self._report(name, client)
+        if shared.failing and await self._store.claim_probe(name, now_ms, now_ms + self._interval_ms):
+            await client.get(PROBE_RUN)  # its answer (or none) is recorded by the client
+            shared = await self._report(name, client)
+        self._shared[name] = shared
+        now = reach(shared, now_ms, self._lost_ms)
+        before = self._reach.get(name, Reach.UP)
+        self._reach[name] = now
+        if now is before:
+            return
+        fields = {"upstream": name, "since": shared.failing_since_ms or None}
+        if now is Reach.LOST:
+            self._log.warning("Lost an upstream: its runs move to the others.", extra=fields)
+        elif now is Reach.UNREACHABLE and before is Reach.UP:
+            self._log.warning("An upstream stopped answering.", extra=fields)
+        elif now is Reach.UP:
+            self._log.info("An upstream answers again.", extra={"upstream": name})
+            await self._stop_orphans(name, client)
+
+    async def _report(self, name: str, client: HermesClient) -> Health:
+        heard: Heard = getattr(client, "heard", Heard())
+        reported = self._reported.get(name, Heard())
+        shared = self._shared.get(name)
+        if shared is None or report_due(heard, reported, shared):
+            shared = await self._store.report(name, heard)
+            self._reported[name] = heard
+            return shared
+        return await self._store.read(name)
+
+    async def _stop_orphans(self, name: str, client: HermesClient) -> None:
+        """Runs it held for jobs that moved on while it was lost: stop them, so none keeps running (SPEC S10)."""
+        for run_id in await self._store.orphans(name):
+            outcome = await client.stop(run_id)
+            if isinstance(outcome, Stopping | NotFound | Rejected):  # stopped, gone, or no longer active
+                await self._store.settled(name, run_id)
+                fields = {"upstream": name, "hermesRun": run_id}
+                self._log.info("Stopped a run left on a returning upstream.", extra=fields)
