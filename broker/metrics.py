@@ -49,7 +49,8 @@ class Metrics:
                 ("limit", "This upstream's admission limit on live runs."),
                 ("limit_learnt", "1 when this upstream's limit is learnt, 0 when HERMES_MAX_CONCURRENT pins it."),
                 ("refusing", "1 while this upstream refuses creates."),
-                ("lost", "1 while this upstream is lost (silent past HERMES_UPSTREAM_LOST)."),
+                ("lost", "1 while this upstream is lost (no answer to any call for HERMES_UPSTREAM_LOST)."),
+                ("unreachable", "1 while calls to this upstream fail (refused, reset, timed out), lost or not yet."),
                 ("probes", "Probes sent while this upstream refused (all replicas)."),
                 ("refused", "Creates this upstream refused (all replicas)."),
             )

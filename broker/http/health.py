@@ -84,6 +84,7 @@ async def _admission(app: web.Application) -> dict[str, object]:
             ("limit_learnt", int(upstream.learnt)),
             ("refusing", int(upstream.refusing is not None)),
             ("lost", int(upstream.lost)),
+            ("unreachable", int(upstream.unreachable_since_ms > 0)),
             ("probes", upstream.probes),
             ("refused", upstream.refused),
         ):
