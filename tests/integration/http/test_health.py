@@ -92,7 +92,7 @@ async def test_readyz_and_metrics_show_each_upstreams_admission(make_client: Any
     first, other = report["admission"]["upstreams"]
     assert first == {
         "name": "127.0.0.1:9", "live": 0, "limit": 2, "learnt": True, "refusing": False, "reason": None,
-        "detail": None, "retry_at": None, "lost": False,
+        "detail": None, "retry_at": None, "lost": False, "unreachable_since": None,
     }  # fmt: skip
     assert other["name"] == second and (other["limit"], other["learnt"]) == (4, False)
     assert (other["refusing"], other["reason"], other["detail"]) == (True, "draining", "Draining.")
