@@ -92,3 +92,13 @@ async def _create_when_free(client: AiohttpHermesClient, text: str, timeout_s: f
             return outcome.run_id
         assert isinstance(outcome, Busy) and loop.time() < deadline, outcome
         await asyncio.sleep(0.5)
+
+
+async def test_every_kind_of_hermes_answer_counts_as_an_answer_of_the_upstream(client: AiohttpHermesClient) -> None:
+    # SPEC S10 "What counts as an answer": a 404 envelope (the health probe's question), and each streamed event
+    await client.get("run_not_a_run")
+    assert client.heard.answered_ms > 0 and not client.heard.failing
+    before = client.heard.answered_ms
+    run_id = await create(client, "hello")
+    items = await asyncio.wait_for(collect(client, run_id), 30)
+    assert events(items) and client.heard.answered_ms >= before and not client.heard.failing
