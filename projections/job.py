@@ -119,7 +119,9 @@ def _apply_live(view: JobView, event: JobEvent) -> JobView:
             return evolve(
                 view,
                 hold=Hold(reason, since, retry_at, detail),
-                unanswered_on=event.unanswered_on,
+                # a create whose answer was lost binds the attempt to its upstream until Hermes accepts it there or
+                # it moves (a later refusal there says nothing of the run the lost create may have started)
+                unanswered_on=event.unanswered_on or view.unanswered_on,
                 hold_count=view.hold_count + 1,
                 last_event="job.held",
                 updated_at_ms=at,

@@ -36,6 +36,8 @@ class Prober:
         self._reported: dict[str, Heard] = {}
         self._shared: dict[str, Health] = {}
         self._reach: dict[str, Reach] = {}
+        #: upstreams that may hold orphaned runs to stop: each one at start, and each one that answers again
+        self._orphans_due = {upstream.name for upstream, _ in fleet}
         self._log = get_logger(type(self))
 
     async def run(self, clock: Clock) -> None:
@@ -45,8 +47,8 @@ class Prober:
             await asyncio.sleep(TICK_S)
 
     async def tick(self, now_ms: int) -> None:
-        for upstream, client in self._fleet:
-            await self._look(upstream.name, client, now_ms)
+        """Every upstream at once: a probe of a frozen one waits for its timeout without holding up the others."""
+        await asyncio.gather(*(self._look(upstream.name, client, now_ms) for upstream, client in self._fleet))
 
     async def _look(self, name: str, client: HermesClient, now_ms: int) -> None:
         shared = await self._report(name, client)
@@ -57,16 +59,17 @@ class Prober:
         now = reach(shared, now_ms, self._lost_ms)
         before = self._reach.get(name, Reach.UP)
         self._reach[name] = now
-        if now is before:
-            return
-        fields = {"upstream": name, "since": shared.failing_since_ms or None}
-        if now is Reach.LOST:
-            self._log.warning("Lost an upstream: its runs move to the others.", extra=fields)
-        elif now is Reach.UNREACHABLE and before is Reach.UP:
-            self._log.warning("An upstream stopped answering.", extra=fields)
-        elif now is Reach.UP:
-            self._log.info("An upstream answers again.", extra={"upstream": name})
-            await self._stop_orphans(name, client)
+        if now is not before:
+            fields = {"upstream": name, "since": shared.failing_since_ms or None}
+            if now is Reach.LOST:
+                self._log.warning("Lost an upstream: its runs move to the others.", extra=fields)
+            elif now is Reach.UNREACHABLE and before is Reach.UP:
+                self._log.warning("An upstream stopped answering.", extra=fields)
+            elif now is Reach.UP:
+                self._log.info("An upstream answers again.", extra={"upstream": name})
+                self._orphans_due.add(name)
+        if now is Reach.UP and name in self._orphans_due and await self._stop_orphans(name, client):
+            self._orphans_due.discard(name)
 
     async def _report(self, name: str, client: HermesClient) -> Health:
         heard: Heard = getattr(client, "heard", Heard())
@@ -78,11 +81,16 @@ class Prober:
             return shared
         return await self._store.read(name)
 
-    async def _stop_orphans(self, name: str, client: HermesClient) -> None:
-        """Runs it held for jobs that moved on while it was lost: stop them, so none keeps running (SPEC S10)."""
+    async def _stop_orphans(self, name: str, client: HermesClient) -> bool:
+        """Runs it held for jobs that moved on while it was lost: stop them, so none keeps running (SPEC S10). True
+        when none is left (a stop that got no answer is tried again at the next tick)."""
+        left = False
         for run_id in await self._store.orphans(name):
             outcome = await client.stop(run_id)
             if isinstance(outcome, Stopping | NotFound | Rejected):  # stopped, gone, or no longer active
                 await self._store.settled(name, run_id)
                 fields = {"upstream": name, "hermesRun": run_id}
                 self._log.info("Stopped a run left on a returning upstream.", extra=fields)
+            else:
+                left = True
+        return not left

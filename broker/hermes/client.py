@@ -339,8 +339,15 @@ _PROXY_FAILURES = frozenset({502, 503, 504})
 
 
 def is_answer(status: int, body: bytes) -> bool:
-    """Did Hermes itself answer? Any status but a 502/503/504 that carries no JSON object (SPEC S10)."""
-    return status not in _PROXY_FAILURES or parse_json_object(body) is not None
+    """Did Hermes itself answer? Any status but a 502/503/504 without Hermes's envelope or run object (SPEC S10): a
+    gateway in front of a dead Hermes may answer JSON of its own."""
+    if status not in _PROXY_FAILURES:
+        return True
+    payload = parse_json_object(body)
+    if payload is None:
+        return False
+    error = payload.get("error")
+    return (isinstance(error, dict) and isinstance(error.get("message"), str)) or isinstance(payload.get("run_id"), str)
 
 
 def _maybe_sent(exc: BaseException) -> bool:

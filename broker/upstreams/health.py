@@ -97,17 +97,20 @@ def is_lost(health: Health, now_ms: int, lost_ms: int) -> bool:
 def parse(
     answered_ms: str | bytes | None, failing_since_ms: str | bytes | None, failed_ms: str | bytes | None = None
 ) -> Health:
-    """The shared health from its stored fields (absent or empty: 0)."""
-    return Health(answered_ms=_int(answered_ms), failing_since_ms=_int(failing_since_ms), failed_ms=_int(failed_ms))
+    """The shared health from its stored fields (absent or empty: 0). A streak that began before the stored answer is
+    over (a replica of an earlier broker stores answers without ending streaks)."""
+    answered, since = _int(answered_ms), _int(failing_since_ms)
+    return Health(answered_ms=answered, failing_since_ms=since if since > answered else 0, failed_ms=_int(failed_ms))
 
 
 def report_due(heard: Heard, reported: Heard, shared: Health) -> bool:
-    """Should this replica write its record now? When its streak began or ended, when it fails and the shared state
-    does not know it, or when its answer would end a streak the shared state still shows."""
+    """Should this replica write its record now? When its streak began, began anew (an answer came in between) or
+    ended, when it fails and the shared state does not know it, or when its answer would end a streak the shared
+    state still shows."""
     if heard.failing != reported.failing:
         return True
     if heard.failing:
-        return not shared.failing
+        return heard.failing_since_ms != reported.failing_since_ms or not shared.failing
     return shared.failing and heard.answered_ms > shared.failing_since_ms
 
 

@@ -159,7 +159,10 @@ def test_a_create_whose_answer_was_lost_runs_once_on_its_upstream(
     a, b = two
     # Given the first upstream answers every call 1.5 s late, past the broker's 1 s timeout (the run comes alive)
     control(a, "settings", {"delay_s": 1.5})
-    broker = fleet(start_broker, clean_store, two, HERMES_TIMEOUT="1000", HERMES_MAX_CONCURRENT="1,4")
+    # (a lost window well past the slow spell: this is about a lost answer, not a lost upstream)
+    broker = fleet(
+        start_broker, clean_store, two, HERMES_TIMEOUT="1000", HERMES_MAX_CONCURRENT="1,4", HERMES_UPSTREAM_LOST="30000"
+    )
     # When a job is offered to it (the first upstream's one slot is the lowest share) and its answer is lost
     target = create(broker, "sleep:1 only once")
     until(lambda: target in creates(a), 10, "the create reached the first upstream")
