@@ -64,6 +64,7 @@ from broker.store.upstream_admission import slots_of
 board_key = web.AppKey("board", BoardService)
 supervisor_key = web.AppKey("supervisor", Supervisor)
 writer_key = web.AppKey("writer", Writer)
+memory_key = web.AppKey("memory", MemoryWatch)  #: how full Redis is, as this replica last read it (SPEC S4.4)
 
 
 def create_app(
@@ -145,7 +146,7 @@ def _redis_context(url: str | None) -> Context:
             affinity=_affinity(app, redis),
         )
         board = BoardSettings.from_config(config)
-        memory = MemoryWatch(redis, config.redis_memory_high)  # creates read its verdict (SPEC S4.4)
+        memory = app[memory_key] = MemoryWatch(redis, config.redis_memory_high)  # creates read its verdict
         app[writer_key] = Writer(app[store_key], app[clock_key], app[metrics_key], board)
         app[service_key] = JobService(
             app[writer_key],

@@ -1,0 +1,34 @@
+"""Filling a Redis with a `maxmemory` and freeing it again, for the tests of a full Redis (SPEC S4.4, S9)."""
+
+from __future__ import annotations
+
+from redis.asyncio import Redis
+from redis.exceptions import OutOfMemoryError
+
+FILLER = "test:filler:"  #: no key of the broker starts so
+CHUNK = 64 * 1024
+
+
+async def used_share(redis: Redis) -> float:
+    info = await redis.info("memory")
+    return int(info["used_memory"]) / int(info["maxmemory"])
+
+
+async def fill(redis: Redis, share: float) -> int:
+    """Write filler keys until `used_memory` passes `share` of `maxmemory` (past 1: until Redis refuses a write
+    for memory); the number of keys written."""
+    written = 0
+    while await used_share(redis) <= share:
+        try:
+            await redis.set(f"{FILLER}{written}", b"x" * CHUNK)
+        except OutOfMemoryError:
+            break
+        written += 1
+    return written
+
+
+async def free(redis: Redis) -> None:
+    """Delete every filler key (deletes are taken even past maxmemory)."""
+    keys = [key async for key in redis.scan_iter(match=f"{FILLER}*", count=1000)]
+    if keys:
+        await redis.delete(*keys)
