@@ -15,14 +15,20 @@ async def used_share(redis: Redis) -> float:
 
 
 async def fill(redis: Redis, share: float) -> int:
-    """Write filler keys until `used_memory` passes `share` of `maxmemory` (past 1: until Redis refuses a write
-    for memory); the number of keys written."""
-    written = 0
+    """Write filler keys until `used_memory` passes `share` of `maxmemory` (past 1: until Redis refuses even a
+    small write for memory); the number of keys written.
+
+    A write's own query buffer counts in `used_memory`: a big write may be refused while a small one would still
+    be taken, so the chunks shrink until the smallest is refused too."""
+    written, chunk = 0, CHUNK
     while await used_share(redis) <= share:
         try:
-            await redis.set(f"{FILLER}{written}", b"x" * CHUNK)
+            await redis.set(f"{FILLER}{written}", b"x" * chunk)
         except OutOfMemoryError:
-            break
+            if chunk <= 64:
+                break
+            chunk //= 4
+            continue
         written += 1
     return written
 
