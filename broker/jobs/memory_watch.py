@@ -1,6 +1,7 @@
 """Every replica's watch on how full Redis is (SPEC S4.4): `INFO memory` of every node about once a second.
 
-Creates read the last verdict (`full`) and never ask Redis themselves, so the guard adds no command to a create.
+Creates ask `admit` and never ask Redis themselves, so the guard adds no command to a create. Between two readings
+the replica counts what its own creates added, so a flood does not run past the mark for a whole second.
 """
 
 from __future__ import annotations
@@ -9,17 +10,20 @@ import asyncio
 
 from redis.asyncio import Redis
 
-from broker.jobs.room import past_mark
+from broker.jobs.room import HYSTERESIS, NOTHING, past_mark
 from broker.logging import get_logger
 from broker.store.memory import NodeMemory, node_memory
 from broker.store.outage import log_failure
 from broker.tasks import cancel_all
 
-WATCH_S = 1.0  #: how often a replica reads INFO memory (a flood passes the mark by at most this much writing)
+WATCH_S = 1.0  #: how often a replica reads INFO memory
 
 
 class MemoryWatch:
-    """The node past REDIS_MEMORY_HIGH of its maxmemory, if any, as last read; logged when that changes."""
+    """The node past REDIS_MEMORY_HIGH of its maxmemory, if any; creates are refused while there is one.
+
+    Refusing starts with a create that would pass the mark and ends with a reading that finds room again: one warn
+    line and one info line per episode, never one per request."""
 
     def __init__(self, redis: Redis, high: float, *, every_s: float = WATCH_S) -> None:
         self._redis = redis
@@ -27,7 +31,9 @@ class MemoryWatch:
         self._every_s = every_s
         self._task: asyncio.Task[None] | None = None
         self._failing = False
-        self.full: NodeMemory | None = None  #: the node past its mark at the last reading; None: room
+        self._readings: list[NodeMemory] = []
+        self._since = NOTHING
+        self.full: NodeMemory | None = None  #: the node past its mark; None: creates are taken
         self._log = get_logger(MemoryWatch)
 
     async def start(self) -> None:
@@ -40,15 +46,42 @@ class MemoryWatch:
             await cancel_all([self._task])
             self._task = None
 
+    def admit(self, body_bytes: int) -> bool:
+        """Whether a new job of this execution body still leaves every node below its mark; counted if so."""
+        if self.full is not None:
+            return False
+        since = self._since.plus(body_bytes)
+        full = past_mark(self._readings, self._high, since)
+        if full is not None:
+            self._refusing(full)
+            return False
+        self._since = since
+        return True
+
     async def look(self) -> NodeMemory | None:
         """One reading of every node; the verdict is kept for creates and its changes logged."""
-        full = past_mark(await node_memory(self._redis), self._high)
-        if full is not None and self.full is None:
-            self._log.warning("Refusing creates: Redis is nearly full.", extra=self._fields(full))
-        elif full is None and self.full is not None:
+        self._readings = await node_memory(self._redis)
+        self._since = NOTHING
+        # while refusing, room is found only clearly below the mark (HYSTERESIS)
+        full = past_mark(self._readings, self._high * (HYSTERESIS if self.full is not None else 1.0))
+        if full is not None:
+            self._refusing(full)
+        elif self.full is not None:
             self._log.info("Taking creates again: Redis has room.", extra={"node": self.full.node})
         self.full = full
         return full
+
+    def _refusing(self, node: NodeMemory) -> None:
+        if self.full is None:
+            fields = {
+                "node": node.node,
+                "usedBytes": node.used,
+                "maxmemoryBytes": node.maxmemory,
+                "unfinishedJobs": node.unfinished,
+                "high": self._high,
+            }
+            self._log.warning("Refusing creates: Redis is nearly full.", extra=fields)
+        self.full = node
 
     async def _run(self) -> None:
         while True:
@@ -65,6 +98,3 @@ class MemoryWatch:
             self._failing = True
         else:
             self._failing = False
-
-    def _fields(self, node: NodeMemory) -> dict[str, object]:
-        return {"node": node.node, "usedBytes": node.used, "maxmemoryBytes": node.maxmemory, "high": self._high}

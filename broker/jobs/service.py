@@ -69,7 +69,7 @@ class JobService:
 
         `traceparent`: the create's span, stored with a new job so its whole life is one trace (SPEC S6.1)."""
         key = request.idempotency_key
-        if self._memory is not None and self._memory.full is not None:
+        if self._memory is not None and not self._memory.admit(len(request.body)):
             return await self._replay_only(request)
         event = JobCreated(
             job_id=job_id_for_key(key) if key else new_job_id(),
