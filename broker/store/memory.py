@@ -35,7 +35,7 @@ async def node_memory(redis: Redis) -> list[NodeMemory]:
             return [reading]
         counts = await _unfinished(redis)
         return [NodeMemory(reading.node, reading.used, reading.maxmemory, sum(counts.values()))]
-    cluster = cast(RedisCluster, redis)
+    cluster = await cast(RedisCluster, redis).initialize()  # a no-op once the client knows the topology
     readings = [
         _reading(_name(node.host, node.port), await cluster.info("memory", target_nodes=node))
         for node in cluster.get_primaries()
