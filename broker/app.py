@@ -42,6 +42,7 @@ from broker.http.appkeys import (
     store_key,
 )
 from broker.jobs.deltas import SWEEP_S, DeltaSweep
+from broker.jobs.memory_watch import MemoryWatch
 from broker.jobs.policy import Policy
 from broker.jobs.service import JobService
 from broker.jobs.writer import Writer
@@ -63,6 +64,7 @@ from broker.store.upstream_admission import slots_of
 board_key = web.AppKey("board", BoardService)
 supervisor_key = web.AppKey("supervisor", Supervisor)
 writer_key = web.AppKey("writer", Writer)
+memory_key = web.AppKey("memory", MemoryWatch)  #: how full Redis is, as this replica last read it (SPEC S4.4)
 
 
 def create_app(
@@ -146,6 +148,7 @@ def _redis_context(url: str | None) -> Context:
             affinity=_affinity(app, redis),
         )
         board = BoardSettings.from_config(config)
+        memory = app[memory_key] = MemoryWatch(redis, config.redis_memory_high)  # creates read its verdict
         app[writer_key] = Writer(app[store_key], app[clock_key], app[metrics_key], board)
         app[service_key] = JobService(
             app[writer_key],
@@ -156,8 +159,11 @@ def _redis_context(url: str | None) -> Context:
             admission=app[admission_key],
             fairness=FairnessSettings.from_config(config),
             client_of=app[fleet_key].client_or_first,
+            memory=memory,
         )
+        await memory.start()
         yield
+        await memory.stop()
         await redis.aclose()
         log.info("Disconnected from Redis.", extra={"redis": _safe(url)})
 

@@ -51,6 +51,8 @@ class Config:
     hermes_upstream_lost_ms: int = 300_000  #: an upstream silent this long is lost: its runs move (SPEC S10)
     admission_fairness_default: str = "session_key"  #: a job's key when it names none (SPEC S4.2)
     admission_fairness_weights: tuple[tuple[str, float], ...] = ()  #: weights per key, winning over a create's
+    #: share of Redis's maxmemory past which creates answer 503, so accepted jobs keep room to finish (SPEC S4.4)
+    redis_memory_high: float = 0.9
     runs_concurrency: int = 64
     runs_hold_ms: int = 2_400_000
     runs_resubmit: int = 3
@@ -245,6 +247,17 @@ def _weights(raw: str) -> tuple[tuple[str, float], ...]:
     return tuple(pairs.items())
 
 
+def _share(raw: str) -> float:
+    """A share in (0, 1], e.g. `0.9`."""
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise ValueError("is not a number") from None
+    if not 0 < value <= 1:  # also refuses nan
+        raise ValueError("must be a share in (0, 1]")
+    return value
+
+
 def _text(raw: str) -> str:
     return raw
 
@@ -294,6 +307,7 @@ _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "HERMES_UPSTREAM_LOST": ("hermes_upstream_lost_ms", _integer(1)),
     "ADMISSION_FAIRNESS_DEFAULT": ("admission_fairness_default", _choice(FAIRNESS_DEFAULTS)),
     "ADMISSION_FAIRNESS_WEIGHTS": ("admission_fairness_weights", _weights),
+    "REDIS_MEMORY_HIGH": ("redis_memory_high", _share),
     "RUNS_CONCURRENCY": ("runs_concurrency", _integer(1)),
     "RUNS_HOLD": ("runs_hold_ms", _integer(0)),
     "RUNS_RESUBMIT": ("runs_resubmit", _integer(0)),

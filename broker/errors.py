@@ -86,6 +86,16 @@ class Busy(Unavailable):
     code = "busy"
 
 
+class RedisNearlyFull(Unavailable):
+    """Raised when a create finds Redis past REDIS_MEMORY_HIGH of its maxmemory: new jobs wait, so the accepted ones
+    keep room to store their events and finish (SPEC S4.4)."""
+
+    retry_after_s = 5  #: room comes back as jobs expire or an operator raises maxmemory: not within a second
+
+    def __init__(self) -> None:
+        super().__init__("Redis is nearly full; try again later")
+
+
 class NotReplicated(Unavailable):
     """Raised when fewer Redis replicas than REDIS_WAIT_REPLICAS confirmed a write in time (SPEC S9).
 

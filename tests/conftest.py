@@ -262,3 +262,24 @@ async def redis(redis_target: tuple[str, bool]) -> AsyncIterator[Redis]:
         await client.flushdb()
     yield client
     await client.aclose()
+
+
+#: maxmemory of the `small_redis` servers: room for a few hundred jobs above an empty Redis's ~1 MB
+SMALL_MAXMEMORY = 8 * 1024 * 1024
+
+
+@pytest.fixture
+def small_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A redis-server of its own with a small `maxmemory` under `noeviction`: a full Redis refuses writes (OOM)."""
+    server = RedisServer(
+        tmp_path,
+        "--appendonly",
+        "no",
+        "--maxmemory",
+        str(SMALL_MAXMEMORY),
+        "--maxmemory-policy",
+        "noeviction",
+    )
+    server.start()
+    yield server
+    server.stop()

@@ -62,15 +62,23 @@ def parse_idempotency_key(value: str | None) -> str | None:
 
 
 def parse_session_key(value: str | None) -> str | None:
+    """At most 256 characters of text without control characters (C0, DEL, C1). Non-ASCII text is a key like any
+    other: stored and forwarded as UTF-8. Bytes that are not UTF-8 reach here as lone surrogates (the server
+    decodes headers with `surrogateescape`) and are refused: they could be neither stored nor forwarded."""
     if not value:
         return None
-    if len(value) > MAX_SESSION_KEY_LENGTH or any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+    if len(value) > MAX_SESSION_KEY_LENGTH or any(_not_text(c) for c in value):
         raise InvalidRequest(
             "invalid_session_key",
-            "X-Hermes-Session-Key must be at most 256 characters without control characters",
+            "X-Hermes-Session-Key must be at most 256 characters of UTF-8 text without control characters",
             param="X-Hermes-Session-Key",
         )
     return value
+
+
+def _not_text(char: str) -> bool:
+    code = ord(char)
+    return code < 0x20 or 0x7F <= code <= 0x9F or 0xD800 <= code <= 0xDFFF
 
 
 def _json_object(raw: bytes) -> dict[str, Any]:

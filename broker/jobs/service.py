@@ -12,7 +12,7 @@ from broker import tracing
 from broker.admission.fair import FairnessSettings, resolve
 from broker.admission.state import shown_hold
 from broker.clock import Clock
-from broker.errors import Conflict, IdempotencyConflict, Unavailable
+from broker.errors import Conflict, IdempotencyConflict, JobNotFound, RedisNearlyFull, Unavailable
 from broker.events import ApprovalDenied, JobCreated, JobEvent
 from broker.hermes.client import HermesClient
 from broker.hermes.fleet import ClientOf
@@ -20,12 +20,14 @@ from broker.hermes.models import Relayed
 from broker.ids import job_id_for_key, new_job_id
 from broker.jobs import rules
 from broker.jobs.commands import ApprovalChoice, CreateRun
+from broker.jobs.memory_watch import MemoryWatch
 from broker.jobs.writer import Writer
 from broker.logging import get_logger
 from broker.metrics import Metrics
 from broker.store import signals
 from broker.store.admission import AdmissionStore
 from broker.store.jobs import Snapshot
+from broker.store.outage import is_outage
 from projections.job import JobView
 
 
@@ -49,8 +51,10 @@ class JobService:
         admission: AdmissionStore | None = None,
         fairness: FairnessSettings | None = None,
         client_of: ClientOf | None = None,
+        memory: MemoryWatch | None = None,
     ) -> None:
         self._writer = writer
+        self._memory = memory
         self._fairness = fairness or FairnessSettings()
         self._admission = admission
         self._clock = clock
@@ -65,6 +69,8 @@ class JobService:
 
         `traceparent`: the create's span, stored with a new job so its whole life is one trace (SPEC S6.1)."""
         key = request.idempotency_key
+        if self._memory is not None and not self._memory.admit(len(request.body)):
+            return await self._replay_only(request)
         event = JobCreated(
             job_id=job_id_for_key(key) if key else new_job_id(),
             at_ms=self._clock.now_ms(),
@@ -84,14 +90,33 @@ class JobService:
                 settings=self._fairness,
             ),
         )
-        outcome = await self._writer.create(event)
-        existing = outcome.snapshot.view
+        try:
+            outcome = await self._writer.create(event)
+        except Exception as error:
+            if is_outage(error):  # answered 503 by the error middleware (a full Redis too: OOM)
+                self._metrics.creates_not_taken.labels("outage").inc()
+            raise
         if outcome.created:
             self._metrics.jobs_created.inc()
             self._log.info("Created a job.", extra={"job": event.job_id, "idempotent": key is not None})
-            return CreateResult(existing, replayed=False)
-        if existing.fingerprint != request.fingerprint or existing.idempotency_key != key:
-            self._log.warning("Rejected a conflicting idempotent create.", extra={"job": event.job_id})
+            return CreateResult(outcome.snapshot.view, replayed=False)
+        return self._replayed(outcome.snapshot.view, request)
+
+    async def _replay_only(self, request: CreateRun) -> CreateResult:
+        """Redis is nearly full: no new job, but the job an Idempotency-Key already claimed is still answered
+        (a replay stores nothing; one read, and only while Redis is past its mark)."""
+        key = request.idempotency_key
+        if key is not None:
+            try:
+                return self._replayed((await self._load(job_id_for_key(key))).view, request)
+            except JobNotFound:
+                pass
+        self._metrics.creates_not_taken.labels("redis_memory").inc()
+        raise RedisNearlyFull()
+
+    def _replayed(self, existing: JobView, request: CreateRun) -> CreateResult:
+        if existing.fingerprint != request.fingerprint or existing.idempotency_key != request.idempotency_key:
+            self._log.warning("Rejected a conflicting idempotent create.", extra={"job": existing.job_id})
             raise IdempotencyConflict()
         self._metrics.jobs_replayed.inc()
         self._log.info("Replayed a job.", extra={"job": existing.job_id, "status": existing.status.value})

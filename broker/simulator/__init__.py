@@ -25,7 +25,7 @@ Control API (no auth, JSON bodies, all optional fields):
   upstream); `forget` also loses the run (404 from then on).
 - `POST /_sim/runs/{id}/touch`: bump `updated_at` without any activity.
 - `GET /_sim/requests`, `DELETE /_sim/requests`: the log of every other request as
-  `{"requests": [{"method", "path", "status", "idempotency_key", "traceparent"}]}`.
+  `{"requests": [{"method", "path", "status", "idempotency_key", "traceparent", "session_key"}]}`.
 - `GET /_sim/stats`, `DELETE /_sim/stats` (reset): `{"live", "peak_live", "runs", "settled", "creates"}`: live
   runs now and at most since the reset, runs known and settled, creates answered by status
   (`{"202": n, "429": m}`). The cap can be changed mid-run with `POST /_sim/settings {"max_concurrent": 20}`.

@@ -61,6 +61,7 @@ async def _edge(request: web.Request, handler: Handler) -> web.StreamResponse:
     entry: JsonObject = {"method": request.method, "path": request.path, "status": None}
     entry["idempotency_key"] = request.headers.get("Idempotency-Key")
     entry["traceparent"] = request.headers.get("traceparent")  # W3C trace context, for tracing tests
+    entry["session_key"] = request.headers.get("X-Hermes-Session-Key")  # as Hermes decodes it (UTF-8)
     sim.requests.append(entry)  # dropped connections stay in the log with status null
     request[request_key] = entry
     if sim.refusing() and request.transport is not None:

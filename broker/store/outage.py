@@ -19,6 +19,7 @@ from redis.exceptions import (
     CrossSlotTransactionError,
     InvalidPipelineStack,
     InvalidResponse,
+    OutOfMemoryError,
     ReadOnlyError,
     RedisClusterException,
     RedisError,
@@ -30,9 +31,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from broker.errors import NotReplicated
 
-#: Error codes a node answers while its slots move, it fails over or it loads its data. Redis 7 keeps the code
+#: Error codes a node answers while its slots move, it fails over, it loads its data or it is full (OOM: a write
+#: past `maxmemory` under `noeviction`, SPEC S9 "a full Redis is an outage too"). Redis 7 keeps the code
 #: first in a Lua script's error; Redis 6.2 puts it after the script's position (`… @user_script:12: -READONLY …`).
-OUTAGE_CODES = ("CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "LOADING", "READONLY", "NOREPLICAS", "MOVED", "ASK")
+OUTAGE_CODES = ("CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "LOADING", "READONLY", "NOREPLICAS", "MOVED", "ASK", "OOM")
 _CODE = re.compile(r"(?:^|user_script:\s*\d+:\s*-?)(?:" + "|".join(OUTAGE_CODES) + r")\b")
 
 #: Raised for calls the broker made wrong: a bug, never an outage.
@@ -64,7 +66,8 @@ def _torn_down(error: BaseException) -> bool:
 def is_outage(error: BaseException) -> bool:
     """True when `error` means the Redis slot a call needed was unreachable or not writable for a while
     (connection lost or refused, a timeout, a failover: CLUSTERDOWN, TRYAGAIN, MASTERDOWN, LOADING, a
-    read-only replica, a WAIT shortfall, a topology the cluster client could not settle)."""
+    read-only replica, a WAIT shortfall, a topology the cluster client could not settle) or a full Redis refused a
+    write (OOM)."""
     match error:
         case NotReplicated() | RedisConnectionError() | RedisTimeoutError() | OSError():
             return True  # redis-py's connection errors include BusyLoadingError (LOADING) and a full pool
@@ -72,6 +75,8 @@ def is_outage(error: BaseException) -> bool:
             # also MasterDownError and MovedError; a ClusterError: the client's redirections ran out; InvalidResponse:
             # a reply cut off mid-read
             return True
+        case OutOfMemoryError():
+            return True  # redis-py strips the OOM code from the message of the error it names
         case RedisClusterException():
             return not isinstance(error, _BUGS)  # no node reachable, a slot not covered, no target node
         case ResponseError():

@@ -57,6 +57,7 @@ DEFAULTS = {
     "board_refresh_interval_ms": 60_000,
     "board_reconcile_interval_ms": 3_600_000,
     "hermes_ttl_ms": 86_400_000,
+    "redis_memory_high": 0.9,
     "log_level": "info",
     "log_format": "json",
     "console_enabled": True,
@@ -84,6 +85,7 @@ EVERY_VARIABLE = {
         "admission_fairness_weights",
         (("team-a", 3.0), ("team-b", 0.5)),
     ),
+    "REDIS_MEMORY_HIGH": ("0.75", "redis_memory_high", 0.75),
     "RUNS_CONCURRENCY": ("7", "runs_concurrency", 7),
     "RUNS_HOLD": ("60000", "runs_hold_ms", 60_000),
     "RUNS_RESUBMIT": ("5", "runs_resubmit", 5),
@@ -218,6 +220,12 @@ def test_unknown_variables_are_not_read() -> None:
         ("ADMISSION_FAIRNESS_WEIGHTS", "team-a=1001"),
         ("ADMISSION_FAIRNESS_WEIGHTS", "team-a=nan"),
         ("ADMISSION_FAIRNESS_WEIGHTS", "=2"),
+        ("REDIS_MEMORY_HIGH", "0"),
+        ("REDIS_MEMORY_HIGH", "1.01"),
+        ("REDIS_MEMORY_HIGH", "-0.5"),
+        ("REDIS_MEMORY_HIGH", "nan"),
+        ("REDIS_MEMORY_HIGH", "90%"),
+        ("REDIS_MEMORY_HIGH", ""),
     ],
 )
 def test_a_bad_value_names_its_variable(name: str, raw: str) -> None:
@@ -311,6 +319,7 @@ def test_the_signing_secrets_are_never_printed() -> None:
         ("HERMES_URL", "nope"),
         ("BOARD_SIGNING_SECRET", SECRET_A[6:]),
         ("ADMISSION_FAIRNESS_WEIGHTS", "a=0"),
+        ("REDIS_MEMORY_HIGH", "2"),
     ],
 )
 def test_the_broker_exits_with_one_line_naming_the_variable(name: str, raw: str) -> None:

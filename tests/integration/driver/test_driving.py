@@ -45,6 +45,19 @@ async def test_a_job_completes_with_output_and_usage(make_replica: ClientFactory
     assert names.count("HermesEventRecorded") >= 4  # tool.started/completed x2, deltas, reasoning
 
 
+async def test_a_utf8_session_key_is_forwarded_as_sent(make_replica: ClientFactory, sim: Simulator) -> None:
+    # Given a Hermes with an API key (it takes session keys) and a replica driving jobs against it
+    sim.settings.api_key = "sekrit"
+    replica = await make_replica(hermes_api_key="sekrit")
+    # When a job is created with a session key of non-ASCII text
+    key = "café ☃ 会话"
+    created = await create(replica, {"input": "hello"}, **{"X-Hermes-Session-Key": key})
+    # Then it completes, and Hermes received that very key
+    assert (await settled(replica, created["run_id"]))["status"] == "completed"
+    sent = [r["session_key"] for r in sim.requests if r["method"] == "POST" and r["path"] == "/v1/runs"]
+    assert sent == [key]
+
+
 async def test_busy_hermes_holds_the_job_then_it_runs(make_replica: ClientFactory, sim: Simulator) -> None:
     sim.settings.busy = True
     replica = await make_replica()

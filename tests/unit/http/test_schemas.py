@@ -140,6 +140,33 @@ def test_any_header_values_are_either_accepted_or_a_named_400(key: str, session:
     assert 1 <= len(key) <= 255 and all(0x21 <= ord(c) <= 0x7E for c in key)
 
 
+@given(st.text(max_size=300))
+def test_an_accepted_session_key_is_text_that_can_be_stored_and_forwarded(session: str) -> None:
+    try:
+        run = _parse({"input": "hi"}, **{"X-Hermes-Session-Key": session})
+    except InvalidRequest as error:
+        assert error.code == "invalid_session_key"
+        return
+    if run.session_key is not None:
+        run.session_key.encode()  # UTF-8: what the store hashes and the Hermes client sends
+        assert len(run.session_key) <= 256
+        assert not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in run.session_key)
+
+
+@pytest.mark.parametrize(
+    ("session", "accepted"),
+    [("user-42", True), ("café ☃", True), ("\udca1", False), ("a\x85b", False), ("a\x7f", False),
+     ("a\tb", False), ("x" * 256, True), ("x" * 257, False)],
+)  # fmt: skip
+def test_session_keys_are_utf8_text_without_control_characters(session: str, accepted: bool) -> None:
+    try:
+        run = _parse({"input": "hi"}, **{"X-Hermes-Session-Key": session})
+    except InvalidRequest as error:
+        assert not accepted and error.code == "invalid_session_key"
+        return
+    assert accepted and run.session_key == session
+
+
 URL_LIKE = st.text(alphabet="hHtTpPsS:/.@#?[]%-_aZ09 \t\n\u00aa\uff0f", max_size=12)
 
 

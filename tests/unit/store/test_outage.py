@@ -22,6 +22,7 @@ from redis.exceptions import (
     MaxConnectionsError,
     MovedError,
     NoScriptError,
+    OutOfMemoryError,
     ReadOnlyError,
     RedisClusterException,
     ResponseError,
@@ -63,6 +64,12 @@ TABLE: list[tuple[BaseException, bool]] = [
     (ResponseError("NOREPLICAS Not enough good replicas to write."), True),
     (ResponseError("READONLY You can't write against a read only replica. script: 3f2a, on @user_script:31."), True),
     (ResponseError("ERR Error running script (call to f_3f2a): @user_script:31: -READONLY You can't write"), True),
+    # a full Redis under noeviction (SPEC S9): as a command, in a pipeline, inside a script on Redis 7 and 6.2
+    (OutOfMemoryError("command not allowed when used memory > 'maxmemory'."), True),
+    (OutOfMemoryError('Command # 1 (SET z 1) of pipeline caused error: ("command not allowed",)'), True),
+    (ResponseError("OOM command not allowed when used memory > 'maxmemory'."), True),
+    (ResponseError("OOM command not allowed when used memory > 'maxmemory'. script: 55b2, on @user_script:1."), True),
+    (ResponseError("Error running script (call to f_55b2): @user_script:1: @user_script: 1: -OOM command not"), True),
     # bugs: they keep their 500 and their traceback
     (ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"), False),
     (ResponseError("ERR Error running script (call to f_3f2a): @user_script:12: user_script:12: bad argument"), False),
