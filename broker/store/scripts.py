@@ -43,6 +43,8 @@ NAMES = (
     "admission_fair_clear",
     "admission_ties",
     "fair_turn",
+    "fair_top_repair",
+    "line_figures",
     "board_ack",
     "board_promote",
     "release_lock",
@@ -82,6 +84,8 @@ class Scripts:
         self.admission_fair_clear: AsyncScript = redis.register_script(source("admission_fair_clear"))
         self.admission_ties: AsyncScript = redis.register_script(source("admission_ties"))
         self.fair_turn: AsyncScript = redis.register_script(source("fair_turn"))
+        self.fair_top_repair: AsyncScript = redis.register_script(source("fair_top_repair"))
+        self.line_figures: AsyncScript = redis.register_script(source("line_figures"))
 
     async def run(
         self,
