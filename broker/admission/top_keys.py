@@ -1,13 +1,15 @@
 """The fairness keys with most waiting jobs over the partitions (SPEC S4.2 `/readyz` `top_keys`). Pure; no IO.
 
 A key's waiting jobs spread over every partition (a job's partition follows its id), so its count is a sum. Each
-partition lists its own first keys (line_figures.lua: every key when it holds few, else the first `most` of its
+partition lists its own first keys (line_figures.lua: every key when it holds few, else the first LISTED of its
 top zset), and the merge is two reads whatever the number of keys:
   1. the lists give each key a partial sum; the `CANDIDATES` keys of largest partial sum are the candidates;
   2. each candidate's count is read in every partition whose list is not complete and does not name it, so the
      counts shown are exact sums, and they are ordered by them.
-A key left out of every list it could be in (it has fewer waiting jobs in each partition than that partition's
-first `most` keys) is not a candidate: with keys spread evenly that is a key with fewer jobs than those shown.
+A key left out of every list it could be in is not a candidate: in each partition more than LISTED keys have as
+many waiting jobs as it has there. So a key with two or more jobs in some partition is found while fewer than
+LISTED keys of that partition have as many; a key whose jobs sit one per partition ties with the one-job keys
+there and may be missed (its count is at most PARTITIONS). The counts shown are always exact.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from attrs import frozen
 
 from broker.admission.fair import TOP_KEYS, KeyLoad, top_keys
 
+#: Keys each partition lists at most: a key with several waiting jobs in a partition is among its first keys
+#: there (its count beats the one-job keys') unless more than LISTED keys have as many.
+LISTED = 32
 #: Keys whose exact counts the second read looks up: twice those shown, for the partial sums' misses.
 CANDIDATES = 2 * TOP_KEYS
 

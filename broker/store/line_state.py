@@ -16,7 +16,7 @@ from redis.exceptions import NoScriptError
 from broker.admission import fair
 from broker.admission.route import Need
 from broker.admission.state import LineState
-from broker.admission.top_keys import Listed, candidates, merged, to_look_up
+from broker.admission.top_keys import LISTED, Listed, candidates, merged, to_look_up
 from broker.events import JobStatus
 from broker.store import keys
 from broker.store.affinity import Affinity
@@ -136,7 +136,7 @@ async def _top_keys(redis: Redis, lists: list[Listed]) -> list[fair.KeyLoad]:
 
 #: line_figures.lua's ARGV: most keys listed, then the score ranges counted: ahead of the bands, each band.
 _FIGURE_ARGS: tuple[str, ...] = (
-    str(fair.TOP_KEYS),
+    str(LISTED),
     "-inf",
     f"({fair.BASE}",
     *(
