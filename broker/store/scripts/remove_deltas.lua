@@ -48,7 +48,7 @@ end
 
 local at = redis.call('HGET', KEYS[2], 'deltas_at')
 if not at then
-  redis.call('DEL', KEYS[4]) -- a copy no call recorded (a crash before the first slice's write is atomic: none)
+  redis.call('DEL', KEYS[4]) -- a copy whose progress the view no longer records (a rebuild replaced it): anew
 end
 local count = tonumber(ARGV[5])
 local entries = redis.call('XRANGE', KEYS[1], at and '(' .. at or '-', '+', 'COUNT', count)
