@@ -39,9 +39,12 @@ from broker.http.appkeys import (
     metrics_key,
     redis_key,
     service_key,
+    snapshot_key,
     store_key,
 )
+from broker.http.snapshot import LineSnapshot
 from broker.jobs.deltas import SWEEP_S, DeltaSweep
+from broker.jobs.fair_top import FairTopUpkeep
 from broker.jobs.memory_watch import MemoryWatch
 from broker.jobs.policy import Policy
 from broker.jobs.service import JobService
@@ -55,9 +58,11 @@ from broker.store.connection import connect
 from broker.store.deltas import DeltaSchedule
 from broker.store.durability import Durability
 from broker.store.entries import settle_fresh_store
+from broker.store.fair_top import FairTopRepair
 from broker.store.jobs import JobStore
 from broker.store.leases import Leases
 from broker.store.migrate import MIGRATION_COMMAND, legacy_keys
+from broker.store.scripts import Scripts
 from broker.store.upstream_admission import slots_of
 
 #: what only the composition root reaches: the HTTP edge never touches the driver, the board or the writer
@@ -82,7 +87,7 @@ def create_app(
     """
     services: list[Context] = [_redis_context(redis_url or config.redis_url)]
     if drive:
-        services.append(_driver_context)
+        services.extend((_driver_context, _fair_top_context))
     if config.runs_delta_retention_ms:
         services.append(_deltas_context)
     if config.board_enabled:
@@ -92,6 +97,7 @@ def create_app(
     app[clock_key] = clock or SystemClock()
     app[metrics_key] = Metrics()
     app[draining_key] = [False]
+    app[snapshot_key] = LineSnapshot()
     app[inflight_key] = InFlight()
     # one client per upstream, each with its own key (SPEC S10); `hermes` (a test's) stands in for the first. With
     # several, no call waits longer than the lost window: a frozen host is found lost within it, not a timeout later
@@ -206,6 +212,15 @@ async def _deltas_context(app: web.Application) -> AsyncIterator[None]:
     sweep.start()
     yield
     await sweep.stop()
+
+
+async def _fair_top_context(app: web.Application) -> AsyncIterator[None]:
+    """Every driving replica mends the keys with most waiting jobs that an older broker left (SPEC S4.2)."""
+    redis = app[redis_key]
+    upkeep = FairTopUpkeep(FairTopRepair(redis, Scripts(redis).fair_top_repair))
+    upkeep.start()
+    yield
+    await upkeep.stop()
 
 
 async def _board_context(app: web.Application) -> AsyncIterator[None]:

@@ -20,6 +20,8 @@ min-max over alternating broker/baseline rounds, the baseline's (or the target),
              50 sessions x 4 turns on their upstreams; one simulator SIGKILLed: all complete, no key twice
   cluster    create c8/c64 and end to end (1, 2 replicas) on a 3+3 Redis Cluster vs on one redis-server 7
   tracing    create c64 and end to end (1 replica) exporting traces to a local OTLP sink vs tracing off
+  scrape     /readyz at 100,000 waiting keys: latency, Redis commands; largest call removing a 100,000-entry
+             job's deltas (SLOWLOG)                                           vs the previous main's reads and script
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from benchlib.scenarios import (  # noqa: E402
     fanout,
     memory,
     relay,
+    scrape,
     tracing,
     upstreams,
 )
@@ -66,6 +69,7 @@ SCENARIOS: dict[str, Scenario] = {
     "cluster": cluster.run,
     "tracing": tracing.run,
     "upstreams": upstreams.run,
+    "scrape": scrape.run,
 }
 
 

@@ -11,6 +11,7 @@ from broker.clock import Clock
 from broker.config import Config
 from broker.hermes.client import HermesClient
 from broker.hermes.fleet import Fleet
+from broker.http.snapshot import LineSnapshot
 from broker.jobs.service import JobService
 from broker.metrics import Metrics
 from broker.store.admission import AdmissionStore
@@ -26,6 +27,7 @@ store_key = web.AppKey("store", JobStore)
 hermes_key = web.AppKey("hermes", HermesClient)  #: the first upstream's client (SPEC S10)
 fleet_key = web.AppKey("fleet", Fleet)  #: every upstream with its client
 draining_key = web.AppKey("draining", list[bool])  #: a one-element flag, set on SIGTERM
+snapshot_key = web.AppKey("snapshot", LineSnapshot)  #: the line's figures as this replica last read them
 
 
 def first_upstream(app: web.Application) -> str:

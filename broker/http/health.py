@@ -7,10 +7,18 @@ import contextlib
 
 from aiohttp import web
 
-from broker.admission.state import UpstreamFigures
-from broker.http.appkeys import admission_key, clock_key, draining_key, hermes_key, metrics_key, redis_key
+from broker.admission.state import LineState, UpstreamFigures
+from broker.http.appkeys import (
+    admission_key,
+    clock_key,
+    draining_key,
+    hermes_key,
+    metrics_key,
+    redis_key,
+    snapshot_key,
+)
 from broker.http.render import json_response
-from broker.store import work
+from broker.http.snapshot import LineSnapshot
 from broker.store.connection import cluster_state, is_cluster
 from broker.store.outage import REDIS_FAILURES
 
@@ -36,12 +44,11 @@ async def ready_report(app: web.Application) -> dict[str, object]:
     try:
         async with asyncio.timeout(READY_TIMEOUT_S):
             await app[redis_key].ping()
-            admission = await _admission(app)
-            scheduled = await work.scheduled_jobs(app[redis_key])
+            admission, line = await _admission(app, fresh=True)
         report["redis"] = True
         report["queue_depth"] = admission["line"]  # queued: waiting in the admission line for a Hermes run
         report["oldest_queued_age_ms"] = admission["oldest_wait_ms"]
-        report["scheduled_jobs"] = scheduled
+        report["scheduled_jobs"] = line.scheduled
         report["admission"] = admission
         if is_cluster(app[redis_key]):
             cluster = report["cluster"] = await cluster_state(app[redis_key])
@@ -57,9 +64,16 @@ async def ready_report(app: web.Application) -> dict[str, object]:
     return report
 
 
-async def _admission(app: web.Application) -> dict[str, object]:
-    """The admission line (SPEC S3.8, S4.1): live runs against the limit, the line, the refusal; gauges too."""
-    line = await app[admission_key].state(app[clock_key].now_ms())
+async def _admission(app: web.Application, *, fresh: bool) -> tuple[dict[str, object], LineState]:
+    """The admission line (SPEC S3.8, S4.1): live runs against the limit, the line, the refusal; gauges too. Read
+    afresh, or (not `fresh`) this replica's read of the last MAX_AGE_S (broker/http/snapshot.py)."""
+    admission, clock = app[admission_key], app[clock_key]
+
+    async def read() -> LineState:
+        return await admission.state(clock.now_ms())
+
+    snapshot = app.get(snapshot_key) or LineSnapshot()
+    line = await (snapshot.fresh(read) if fresh else snapshot.recent(read))
     metrics = app[metrics_key]
     metrics.queue_depth.set(line.waiting)
     metrics.oldest_queued_age.set((line.oldest_wait_ms or 0) / 1000)
@@ -106,7 +120,7 @@ async def _admission(app: web.Application) -> dict[str, object]:
         "top_keys": [{"key": load.key, "waiting": load.waiting, "weight": load.weight} for load in line.keys],
         # each upstream's own admission (SPEC S10); the fields above are the first upstream's
         "upstreams": [_upstream(upstream) for upstream in line.upstreams],
-    }
+    }, line
 
 
 def _upstream(upstream: UpstreamFigures) -> dict[str, object]:
@@ -130,7 +144,7 @@ async def metrics(request: web.Request) -> web.Response:
     app = request.app
     with contextlib.suppress(*REDIS_FAILURES):
         async with asyncio.timeout(READY_TIMEOUT_S):
-            await _admission(app)  # sets the queue and admission gauges
+            await _admission(app, fresh=False)  # sets the queue and admission gauges
     registry = app[metrics_key]
     return web.Response(body=registry.render(), content_type="text/plain", charset="utf-8")
 

@@ -164,7 +164,7 @@ class AdmissionStore:
         if self._drifted:  # rare: jobs moved by an older broker's scripts, which do not count them
             drifted, self._drifted = self._drifted, []
             calls: list[tuple[list[str], list[str]]] = [
-                ([keys.line(partition), keys.fair(partition)], []) for partition in drifted
+                ([keys.line(partition), keys.fair(partition), keys.fair_top(partition)], []) for partition in drifted
             ]
             await run_many(self._redis, self._scripts.admission_fair_clear, calls)
         return Grants(grants, wake or None)
@@ -258,6 +258,7 @@ class AdmissionStore:
                     keys.view(job_id),
                     keys.events(job_id),
                     keys.fair(partition),
+                    keys.fair_top(partition),
                 ],
                 [job_id, lease_token, ttl, now_ms + ttl],
             )
@@ -372,7 +373,8 @@ class AdmissionStore:
         self.heard(job_id)
         partition = keys.partition_of(job_id)
         entered = await self._scripts.admission_enter(
-            keys=[keys.line(partition), keys.view(job_id), keys.fair(partition)], args=[job_id, place]
+            keys=[keys.line(partition), keys.view(job_id), keys.fair(partition), keys.fair_top(partition)],
+            args=[job_id, place],
         )
         if int(cast(int, entered)) == 1:  # the other replicas' passes read its line again (as for a create)
             await self._redis.publish(keys.SIGNALS, signals.joined_message(job_id))
@@ -383,4 +385,11 @@ class AdmissionStore:
 
     async def state(self, now_ms: int, *, lines: bool = True) -> LineState:
         """The shared figures (broker/store/line_state.py); without `lines` the 64 lines are not read."""
-        return await read_line_state(self._redis, self.upstreams, now_ms, self.pacing.upstream_lost_ms, lines=lines)
+        return await read_line_state(
+            self._redis,
+            self.upstreams,
+            now_ms,
+            self.pacing.upstream_lost_ms,
+            lines=lines,
+            figures_script=self._scripts.line_figures,
+        )

@@ -240,11 +240,21 @@ class JobStore:
         }
         if runs:  # what packed entries leave out, kept once in the view hash (broker/store/entries.py)
             write["runs"] = [item for field_run in runs.items() for item in field_run]
-        script_keys = [*_write_keys(job_id), *([] if self._cluster else [keys.WORK]), *([turn[0]] if turn else [])]
+        script_keys = self._script_keys(job_id, write, turn)
         args = [orjson.dumps(write), encode_view(view), state, report, *stored]
         if self._batch is not None:
             return as_strings(await self._batch.run(self._scripts.append_events, script_keys, args))
         return as_strings(await self._scripts.run(self._scripts.append_events, keys=script_keys, args=args))
+
+    def _script_keys(
+        self, job_id: str, write: dict[str, object], turn: tuple[str, list[str | int]] | None
+    ) -> list[str]:
+        """append_events.lua's KEYS; with the line, the top zset where the key's count is mirrored (SPEC S4.2)."""
+        script_keys = [*_write_keys(job_id), *([] if self._cluster else [keys.WORK]), *([turn[0]] if turn else [])]
+        if "line" in write:
+            script_keys.append(keys.fair_top(keys.partition_of(job_id)))
+            write["top"] = str(len(script_keys))
+        return script_keys
 
     def _ending(self, view: JobView, *, release: bool) -> dict[str, str]:
         """The fields of the write that ends the job."""

@@ -23,6 +23,9 @@ hbr:{pN}:line                zset    jobs waiting for Hermes -> score (S4.1, S4.
 hbr:{pN}:fair                hash    per fairness key with waiting jobs in the         none; job write, claim,
                                      partition: `n:<key>` their count, `w:<key>` its     enter; a pass clears it
                                      weight (S4.2: /readyz top keys)                     when the line is empty
+hbr:{pN}:fair:top            zset    fairness key -> its `n:` count in `fair`, so the    none; as `fair` (this
+                                     keys with most waiting jobs are read in O(log n)    version's scripts); a
+                                     whatever the number of keys (S4.2, S3.8)           repair slice mends drift
 hbr:{pN}:arrivals             zset    job id -> created ms, while the job lives (S4.2:   past RUNS_RETENTION;
                                      a pass orders jobs of one score by it)              job write
 hbr:{pN}:turns:<prio>        zset    fairness key of this partition -> its next start  none; fair_turn.lua
@@ -38,6 +41,10 @@ hbr:{pN}:affinity:<S>        string  the upstream that ran session S's last job 
                                      (SPEC S10); pN = `session_partition(S)`           last job's acceptance and
                                                                                        end; driver
 hbr:{pN}:scratch             stream  a job stream's compacted copy, renamed over it    exists only inside a job write
+hbr:{pN}:J:compact           stream  the job's stream without its deltas, built in     the events' TTL; the delta
+                                     slices (S3.6); its last id is how far the slices   sweep, copied over the
+                                     read; copied over the events when they reach the   events at the end
+                                     end (remove_deltas.lua)
 hbr:{work}                   stream  doorbells (hints): `line` / `job`; group drivers   acked+deleted; after writes
 hbr:{board}:bell             stream  cluster only: a board version was written (hint)  ~1000; after job writes
 hbr:format                   string  `packed`: replicas may write packed events         none; startup of a fresh
@@ -180,6 +187,11 @@ def board(job_id: str) -> str:
     return f"{_job(job_id)}:board"
 
 
+def compact(job_id: str) -> str:
+    """The job's stream without its message deltas while remove_deltas.lua builds it in slices (SPEC S3.6)."""
+    return f"{_job(job_id)}:compact"
+
+
 def job_match(job_id: str) -> str:
     """A SCAN pattern for every key of one job."""
     return f"{_job(job_id)}:*"
@@ -196,6 +208,11 @@ def line(partition: int) -> str:
 def fair(partition: int) -> str:
     """Waiting jobs per fairness key in the partition's line, and the keys' weights (SPEC S4.2)."""
     return f"{_tag(partition)}:fair"
+
+
+def fair_top(partition: int) -> str:
+    """The partition's fairness keys ordered by their waiting jobs (the `n:` counts of `fair`, SPEC S4.2)."""
+    return f"{_tag(partition)}:fair:top"
 
 
 def arrivals(partition: int) -> str:

@@ -23,12 +23,3 @@ def text(value: object) -> str:
 def ints_and_ids(reply: object) -> list[str]:
     # redis-py types script replies loosely: a list of ints and bytes/str
     return [x.decode() if isinstance(x, bytes) else str(x) for x in cast(list[bytes | str | int], reply)]
-
-
-def key_counts(counted: dict[str, str]) -> list[tuple[str, int, float]]:
-    """(key, waiting jobs, weight) from a partition's fair hash (`n:<key>`, `w:<key>`)."""
-    return [
-        (name[2:], int(value), float(counted.get(f"w:{name[2:]}") or 1.0))
-        for name, value in counted.items()
-        if name.startswith("n:")
-    ]

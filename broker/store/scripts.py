@@ -43,6 +43,8 @@ NAMES = (
     "admission_fair_clear",
     "admission_ties",
     "fair_turn",
+    "fair_top_repair",
+    "line_figures",
     "board_ack",
     "board_promote",
     "release_lock",
@@ -86,6 +88,8 @@ class Scripts:
         self.fair_turn: AsyncScript = redis.register_script(source("fair_turn"))
         self.upstream_heard: AsyncScript = redis.register_script(source("upstream_heard"))
         self.upstream_probe: AsyncScript = redis.register_script(source("upstream_probe"))
+        self.fair_top_repair: AsyncScript = redis.register_script(source("fair_top_repair"))
+        self.line_figures: AsyncScript = redis.register_script(source("line_figures"))
 
     async def run(
         self,

@@ -1,4 +1,4 @@
-"""The drivers' work doorbell stream and its consumer group, and what /readyz reports of the schedules."""
+"""The drivers' work doorbell stream and its consumer group."""
 
 from __future__ import annotations
 
@@ -15,11 +15,3 @@ async def ensure_group(redis: Redis) -> None:
     except ResponseError as error:
         if "BUSYGROUP" not in str(error):
             raise
-
-
-async def scheduled_jobs(redis: Redis) -> int:
-    """Jobs in the due schedules: every job not finished, driven or waiting (one pipeline)."""
-    async with redis.pipeline(transaction=False) as pipe:
-        for partition in keys.partitions():
-            pipe.zcard(keys.due(partition))
-        return sum(int(count) for count in await pipe.execute())

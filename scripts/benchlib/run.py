@@ -43,6 +43,8 @@ class Plan:
     fairness_backlog: int  #: key A's `sleep:1` jobs before key B's (S4.2)
     fairness_late: int  #: key B's jobs
     fairness_weighted: int  #: jobs of each of the keys of weights 3 and 1
+    scrape_keys: int  #: waiting jobs, one fairness key each, of the scrape row (SPEC S4.2)
+    scrape_entries: int  #: entries of the job whose deltas the scrape row removes (SPEC S3.6)
 
     @classmethod
     def full(cls) -> Plan:
@@ -56,6 +58,7 @@ class Plan:
             admission_jobs=100, admission_rounds=2, refusal_jobs=1000, refusal_s=60, drain_timeout_s=75,
             cluster_jobs=1000, cluster_replicas=(1, 2), cluster_concurrencies=(8, 64),
             fairness_backlog=300, fairness_late=30, fairness_weighted=80,
+            scrape_keys=100_000, scrape_entries=100_000,
         )  # fmt: skip
 
     @classmethod
@@ -70,6 +73,7 @@ class Plan:
             admission_jobs=20, admission_rounds=1, refusal_jobs=0, refusal_s=0, drain_timeout_s=0,
             cluster_jobs=60, cluster_replicas=(1,), cluster_concurrencies=(64,),
             fairness_backlog=30, fairness_late=6, fairness_weighted=16,
+            scrape_keys=2_000, scrape_entries=5_000,
         )  # fmt: skip
 
 

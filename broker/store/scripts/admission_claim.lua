@@ -5,7 +5,8 @@
 -- claim, so its runner starts without reading them again. A job of a priority band (a score >= 2^51) leaves its
 -- fairness key's count of waiting jobs (SPEC S4.2; the key is in its view JSON).
 -- KEYS[1] partition line zset   KEYS[2] job lease   KEYS[3] partition due zset   KEYS[4] job view hash
--- KEYS[5] job events   KEYS[6] partition fair hash   (one slot: {pN})
+-- KEYS[5] job events   KEYS[6] partition fair hash   KEYS[7] (optional) partition fair top zset, the key's
+--   count mirrored there   (one slot: {pN})
 -- ARGV[1] job   ARGV[2] lease token   ARGV[3] lease ms   ARGV[4] takeover deadline (epoch ms)
 -- Returns {1, place, view state, last id, board fold state, JobCreated JSON} when claimed (false for a
 -- field the view hash lacks, or no stream); {0} when the job is not in the line (any more); {-1} when
@@ -24,8 +25,14 @@ if KEYS[6] and tonumber(place) >= 2 ^ 51 then
   local ok, state = pcall(cjson.decode, view[1] or '')
   local s = ok and type(state) == 'table' and state.scheduling
   local key = type(s) == 'table' and type(s.fairness_key) == 'string' and s.fairness_key or ''
-  if redis.call('HINCRBY', KEYS[6], 'n:' .. key, -1) <= 0 then
+  local n = redis.call('HINCRBY', KEYS[6], 'n:' .. key, -1)
+  if n <= 0 then
     redis.call('HDEL', KEYS[6], 'n:' .. key, 'w:' .. key)
+    if KEYS[7] then
+      redis.call('ZREM', KEYS[7], key)
+    end
+  elseif KEYS[7] then
+    redis.call('ZADD', KEYS[7], n, key)
   end
 end
 local first = redis.call('XRANGE', KEYS[5], '-', '+', 'COUNT', 1)[1]

@@ -12,6 +12,8 @@
 -- KEYS[15+w.statuses] work stream: only on a single Redis (with `ring`), where the doorbell costs no round
 --   trip of its own; on a cluster it is another slot, and the caller rings it after the script
 -- KEYS[16+w.statuses] the turns zset of the job's fairness key and priority: only on a single Redis, with `turn`
+-- KEYS[w.top] partition fair top zset (fairness key -> its count in KEYS[12]): with `top`, in a write that enters
+--   or leaves the line
 -- ARGV[1] the write, a JSON object of strings:
 --   job        the job id
 --   expect     '' = do not check, '$new' = create only if the job does not exist, else the expected last id
@@ -38,6 +40,8 @@
 --   fair       with 'enter', present: {key, weight}, the job's fairness key and weight: the job is counted among
 --              the key's waiting jobs in KEYS[12] while it waits in a priority band (a score >= 2^51, SPEC S4.2);
 --              a terminal write that takes it off the line uncounts it (the key is in the view JSON, ARGV[2])
+--   top        present: the index in KEYS of the partition's fair top zset, where each count of KEYS[12] is
+--              mirrored (the keys with most waiting jobs, SPEC S4.2)
 --   joined     with 'enter': {channel, message}: published so every replica's next admission pass reads
 --              the job's partition (broker/store/signals.py; PUBLISH names no key)
 --   deltas     present (with `expire`): when the job's message deltas are removed (epoch ms, S3.6)
@@ -78,13 +82,23 @@ if w.compact then
   redis.call('COPY', KEYS[1], KEYS[11], 'REPLACE')
   redis.call('RENAME', KEYS[11], KEYS[1])
 end
+local top = w.top and KEYS[tonumber(w.top)]
 local function counted(key, by, weight)
-  -- the partition's count of the key's waiting jobs; a key without any is forgotten (bounded state)
+  -- the partition's count of the key's waiting jobs, mirrored in the top zset (the count itself, not a delta,
+  -- so a key an older broker counted alone is mended here); a key without any is forgotten (bounded state)
   local n = redis.call('HINCRBY', KEYS[12], 'n:' .. key, by)
   if n <= 0 then
     redis.call('HDEL', KEYS[12], 'n:' .. key, 'w:' .. key)
-  elseif weight then
-    redis.call('HSET', KEYS[12], 'w:' .. key, weight)
+    if top then
+      redis.call('ZREM', top, key)
+    end
+  else
+    if weight then
+      redis.call('HSET', KEYS[12], 'w:' .. key, weight)
+    end
+    if top then
+      redis.call('ZADD', top, n, key)
+    end
   end
 end
 local last_status = 13 + tonumber(w.statuses)

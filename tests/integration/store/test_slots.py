@@ -27,6 +27,7 @@ from broker.store.admission import AdmissionStore
 from broker.store.board import BoardStore, OutboxEntry
 from broker.store.connection import connect
 from broker.store.deltas import DeltaSchedule
+from broker.store.fair_top import FairTopRepair
 from broker.store.jobs import BoardWrite, JobStore
 from broker.store.leases import Leases
 from broker.store.listing import IndexRepair, Listing
@@ -238,6 +239,20 @@ async def _remove_deltas(redis: Redis) -> object:
     return await DeltaSchedule(redis).remove(await DeltaSchedule(redis).due(10), 10)
 
 
+async def _line_state(redis: Redis) -> object:
+    await _create_keyed(redis)
+    for partition in (keys.partition_of(JOB), 0):  # one key listed from the hash, one from the top zset
+        await redis.hset(keys.fair(partition), mapping={f"n:k{i}": "1" for i in range(30)})  # type: ignore[misc]
+        await redis.zadd(keys.fair_top(partition), {f"k{i}": 1 for i in range(30)})
+    return await _admission(redis).state(1_000)
+
+
+async def _fair_top_repair(redis: Redis) -> object:
+    await _create_keyed(redis)
+    await redis.delete(keys.fair_top(keys.partition_of(JOB)))
+    return await FairTopRepair(redis, scripts.Scripts(redis).fair_top_repair).all()
+
+
 async def _board_ack(redis: Redis) -> object:
     return await BoardStore(redis).ack(JOB, 1, 2)
 
@@ -309,6 +324,8 @@ SINGLE_SLOT: list[tuple[str, Operation]] = [
     ("append_events (a stop leaves the line and the key's count)", _stop_waiting),
     ("replace_view (and the rebuild's MULTI read)", _replace_view),
     ("remove_deltas", _remove_deltas),
+    ("line_figures (and the keys' counts looked up: HMGET)", _line_state),
+    ("fair_top_repair", _fair_top_repair),
     ("board_ack", _board_ack),
     ("board_promote", _board_promote),
     ("board outbox ack+delete (MULTI)", _board_outbox_done),
@@ -325,7 +342,7 @@ COVERED = {
     "admission_claim", "admission_grant", "admission_accepted", "admission_refused", "admission_release",
     "admission_requeue", "admission_enter", "admission_fair_clear", "admission_ties", "fair_turn",
     "replace_view", "remove_deltas", "board_ack", "board_promote", "release_lock",
-    "reindex_job", "upstream_heard", "upstream_probe",
+    "reindex_job", "upstream_heard", "upstream_probe", "line_figures", "fair_top_repair",
 }  # fmt: skip
 
 
@@ -362,6 +379,8 @@ def test_every_key_of_a_job_write_maps_to_one_slot(job_id: str) -> None:
         keys.deltas(partition),
         keys.scratch(partition),
         keys.fair(partition),
+        keys.fair_top(partition),
+        keys.compact(job_id),
         keys.arrivals(partition),
         keys.runs(partition),
     ]
