@@ -9,7 +9,7 @@ heads of the line in order and routes each with `route`, which spends one of tho
   as any waiting job would (else a lone down upstream is never probed);
 - any other job goes to the upstream with the lowest share of its limit in use among those with a free slot, the
   probe of an upstream that refuses creates but answers first (so it is found up again while others have room),
-  then in HERMES_URL order;
+  a busy one's probe last, then in HERMES_URL order;
 - with several upstreams, one whose calls fail (unreachable, or lost) gets no create at all: its health probe
   (broker/driver/prober.py) finds it back; a lone upstream's probe is a create, as S4.1 says;
 - no upstream is given more jobs than it has free slots, and no job waits while an upstream it may use has one.
@@ -136,7 +136,14 @@ def _open(standing: Standing, fleet: bool) -> bool:
 
 
 def _best(standings: Sequence[Standing], fleet: bool) -> Standing | None:
-    """The open upstream for an unbound job: a refusing one's probe first (it answers: is it back?), then the
-    lowest share in use, then HERMES_URL order."""
-    open_ = [(s.refusing is None, s.share, index, s) for index, s in enumerate(standings) if _open(s, fleet)]
+    """The open upstream for an unbound job: the probe of one that refuses but answers (draining, a 5xx, 401/403:
+    is it back?) first, then the lowest share in use, a busy one's probe last (others have room), then HERMES_URL
+    order."""
+    open_ = [(_rank(s), s.share, index, s) for index, s in enumerate(standings) if _open(s, fleet)]
     return min(open_, key=lambda item: item[:3])[3] if open_ else None
+
+
+def _rank(standing: Standing) -> int:
+    if standing.refusing is None:
+        return 1
+    return 2 if standing.refusing is HoldReason.BUSY else 0

@@ -33,21 +33,25 @@ class Prober:
         self._store = store
         self._lost_ms = lost_ms
         self._interval_ms = max(100, min(PROBE_INTERVAL_MS, lost_ms // 4))
+        self._refresh_ms = max(1_000, lost_ms // 2)  #: the stored answer never gets older than this while it answers
         self._reported: dict[str, Heard] = {}
         self._shared: dict[str, Health] = {}
         self._reach: dict[str, Reach] = {}
-        #: upstreams that may hold orphaned runs to stop: each one at start, and each one that answers again
-        self._orphans_due = {upstream.name for upstream, _ in fleet}
         self._log = get_logger(type(self))
 
     async def run(self, clock: Clock) -> None:
-        """Tick for ever."""
-        while True:
-            await self.tick(clock.now_ms())
-            await asyncio.sleep(TICK_S)
+        """Look at every upstream for ever, each in its own loop: a probe of a frozen one waits out its timeout
+        without holding up the others."""
+
+        async def watch(name: str, client: HermesClient) -> None:
+            while True:
+                await self._look(name, client, clock.now_ms())
+                await asyncio.sleep(TICK_S)
+
+        await asyncio.gather(*(watch(upstream.name, client) for upstream, client in self._fleet))
 
     async def tick(self, now_ms: int) -> None:
-        """Every upstream at once: a probe of a frozen one waits for its timeout without holding up the others."""
+        """One look at every upstream, at once."""
         await asyncio.gather(*(self._look(upstream.name, client, now_ms) for upstream, client in self._fleet))
 
     async def _look(self, name: str, client: HermesClient, now_ms: int) -> None:
@@ -67,30 +71,26 @@ class Prober:
                 self._log.warning("An upstream stopped answering.", extra=fields)
             elif now is Reach.UP:
                 self._log.info("An upstream answers again.", extra={"upstream": name})
-                self._orphans_due.add(name)
-        if now is Reach.UP and name in self._orphans_due and await self._stop_orphans(name, client):
-            self._orphans_due.discard(name)
+        if now is Reach.UP:
+            await self._stop_orphans(name, client)
 
     async def _report(self, name: str, client: HermesClient) -> Health:
         heard: Heard = getattr(client, "heard", Heard())
         reported = self._reported.get(name, Heard())
         shared = self._shared.get(name)
-        if shared is None or report_due(heard, reported, shared):
+        if shared is None or report_due(heard, reported, shared, self._refresh_ms):
             shared = await self._store.report(name, heard)
             self._reported[name] = heard
             return shared
         return await self._store.read(name)
 
-    async def _stop_orphans(self, name: str, client: HermesClient) -> bool:
-        """Runs it held for jobs that moved on while it was lost: stop them, so none keeps running (SPEC S10). True
-        when none is left (a stop that got no answer is tried again at the next tick)."""
-        left = False
+    async def _stop_orphans(self, name: str, client: HermesClient) -> None:
+        """Runs it held for jobs that moved on while it was lost: stop them, so none keeps running (SPEC S10). Looked
+        at every tick while it answers (one read), so a stop that failed, an orphan recorded late and a long list are
+        all taken in turn."""
         for run_id in await self._store.orphans(name):
             outcome = await client.stop(run_id)
             if isinstance(outcome, Stopping | NotFound | Rejected):  # stopped, gone, or no longer active
                 await self._store.settled(name, run_id)
                 fields = {"upstream": name, "hermesRun": run_id}
                 self._log.info("Stopped a run left on a returning upstream.", extra=fields)
-            else:
-                left = True
-        return not left

@@ -213,6 +213,9 @@ class Runner:
         now = self._deps.clock.now_ms()
         answer = decide.on_stop(snapshot.view, outcome, now)
         if answer.retry:
+            if await self._deps.gate.store.lost(snapshot.view.upstream, now):
+                # its upstream is lost: the run counts as interrupted, and the stop wins (SPEC S10, S3.4)
+                return await self._upstream_lost(snapshot, Follow(snapshot.view.attempt, run_id))
             message = "Could not reach Hermes to stop a run; retrying with backoff."
             await self._back_off(message, run_id, outcome, self._run_client(snapshot.view))
             return await self._reload()
@@ -328,11 +331,11 @@ class Runner:
         """Its upstream has answered nothing for HERMES_UPSTREAM_LOST: the run counts as interrupted, and the
         resubmit goes back to the line without the lost upstream's slot, so it is routed elsewhere (SPEC S10)."""
         now, policy = self._deps.clock.now_ms(), self._deps.policy
-        upstream = snapshot.view.upstream
+        # its run may still be live there: stopped once the upstream answers again (SPEC S10). Recorded first, so a
+        # crash before the resubmit below cannot forget it (a stop of a run still followed is an interruption)
+        await self._deps.gate.store.health.orphan(snapshot.view.upstream, action.hermes_run_id, now)
         snapshot = await self._commit(snapshot, lambda v: decide.on_upstream_lost(v, action.attempt, now, policy))
         if snapshot.view.attempt > action.attempt or snapshot.view.status.terminal:
-            # its run may still be live there: stopped once the upstream answers again (SPEC S10)
-            await self._deps.gate.store.health.orphan(upstream, action.hermes_run_id, now)
             if self._pump is not None:
                 await self._pump.close()
                 self._pump = None

@@ -123,6 +123,8 @@ class AiohttpHermesClient:
             reply = await self._call("POST", "/v1/runs", body=body, headers=headers, span=span)
             if isinstance(reply, Unavailable):
                 return reply
+            if not is_answer(reply.status, reply.body):  # a gateway's 502/503/504: it may have forwarded the create
+                return Unavailable(f"Hermes answered HTTP {reply.status}.", unanswered=True)
             outcome = create_outcome(reply.status, reply.headers, reply.body)
             if isinstance(outcome, Accepted):
                 span.set(tracing.RUN, outcome.run_id)

@@ -106,6 +106,9 @@ class AdmissionStore:
         self._first = self.upstreams[0].keys
         self._affinity = affinity  #: sessions' upstreams (SPEC S10); None: no affinity
         self.health = HealthStore(redis, self.upstreams)  #: the upstreams' shared health (SPEC S10)
+        #: HERMES_UPSTREAM_LOST with several upstreams; 0 with one: a lone upstream is never lost (nowhere to move its
+        #: runs, and no replica keeps its health; a streak a fleet left in its state is not read)
+        self.lost_ms = pacing.upstream_lost_ms if len(self.upstreams) > 1 else 0
         self.virtual = virtual or fair.VirtualTimes()  #: V per priority, learnt with every pass (SPEC S4.2)
         self._drifted: list[int] = []  #: partitions read with an empty line but counts of waiting jobs
         self._slots = KnownSlots()  #: the slots this replica granted, and the acceptances it wrote
@@ -128,7 +131,7 @@ class AdmissionStore:
             [(u.keys.reserving, [now_ms, most, p.slot_ttl_ms, u.pinned, INITIAL_LIMIT, token]) for u in self.upstreams],
         )
         answers = [
-            reserved(u, _ints_and_ids(reply), now_ms, p.upstream_lost_ms)
+            reserved(u, _ints_and_ids(reply), now_ms, self.lost_ms)
             for u, reply in zip(self.upstreams, replies, strict=True)
         ]
         wake = min((a.wake_at_ms for a in answers if a.wake_at_ms), default=0)
@@ -199,7 +202,7 @@ class AdmissionStore:
 
     async def lost(self, upstream: str | None, now_ms: int) -> bool:
         """Have calls to the upstream got no answer, at any replica, for HERMES_UPSTREAM_LOST?"""
-        return is_lost(await self.health.read(upstream), now_ms, self.pacing.upstream_lost_ms)
+        return self.lost_ms > 0 and is_lost(await self.health.read(upstream), now_ms, self.lost_ms)
 
     def _park(self, job_id: str, upstream: str) -> None:
         if len(self._parked) >= MAX_PARKED:
@@ -389,7 +392,7 @@ class AdmissionStore:
             self._redis,
             self.upstreams,
             now_ms,
-            self.pacing.upstream_lost_ms,
+            self.lost_ms,
             lines=lines,
             figures_script=self._scripts.line_figures,
         )

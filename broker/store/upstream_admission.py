@@ -48,7 +48,7 @@ def figures(upstream: UpstreamSlots, state: dict[str, str], live: int, now_ms: i
         probes=int(state.get("probes") or 0),
         refused=int(state.get("refused") or 0),
         lost=reach(health, now_ms, lost_ms) is Reach.LOST,
-        unreachable_since_ms=health.failing_since_ms,
+        unreachable_since_ms=health.failing_since_ms if lost_ms > 0 else 0,  # a lone upstream's health is not kept
     )
 
 
@@ -76,7 +76,7 @@ def reserved(upstream: UpstreamSlots, reply: list[str], now_ms: int, lost_ms: in
         refusing=HoldReason(refusing) if refusing in _REASONS else None,
         refusing_since_ms=int(reply[9] or 0),
         lost=reach(health, now_ms, lost_ms) is Reach.LOST,
-        failing_since_ms=health.failing_since_ms,
+        failing_since_ms=health.failing_since_ms if lost_ms > 0 else 0,
     )
     return Reserved(
         upstream, int(reply[0]), [int(float(tag)) for tag in reply[1:6]], standing, reply[12:], refusing != ""

@@ -84,8 +84,9 @@ def merge(shared: Health, heard: Heard) -> Health:
 
 
 def reach(health: Health, now_ms: int, lost_ms: int) -> Reach:
-    """UP, UNREACHABLE, or LOST after HERMES_UPSTREAM_LOST of failures without an answer."""
-    if not health.failing:
+    """UP, UNREACHABLE, or LOST after HERMES_UPSTREAM_LOST of failures without an answer; always UP when `lost_ms`
+    is 0 (a lone upstream: nothing to move its runs to, and no replica keeps its health)."""
+    if not health.failing or lost_ms <= 0:
         return Reach.UP
     return Reach.LOST if now_ms - health.failing_since_ms >= lost_ms else Reach.UNREACHABLE
 
@@ -103,15 +104,18 @@ def parse(
     return Health(answered_ms=answered, failing_since_ms=since if since > answered else 0, failed_ms=_int(failed_ms))
 
 
-def report_due(heard: Heard, reported: Heard, shared: Health) -> bool:
-    """Should this replica write its record now? When its streak began, began anew (an answer came in between) or
-    ended, when it fails and the shared state does not know it, or when its answer would end a streak the shared
-    state still shows."""
+def report_due(heard: Heard, reported: Heard, shared: Health, refresh_ms: int = 0) -> bool:
+    """Should this replica write its record now? When its streak began, began anew or ended; when an answer of its
+    own would end the streak the shared state shows (whatever it met since); when it fails and the shared state does
+    not know it; and, with `refresh_ms`, when its latest answer is that much newer than the shared one (an earlier
+    broker judges an upstream by the stored answer's age alone)."""
     if heard.failing != reported.failing:
+        return True
+    if shared.failing and heard.answered_ms > shared.failing_since_ms:
         return True
     if heard.failing:
         return heard.failing_since_ms != reported.failing_since_ms or not shared.failing
-    return shared.failing and heard.answered_ms > shared.failing_since_ms
+    return refresh_ms > 0 and heard.answered_ms - max(reported.answered_ms, shared.answered_ms) >= refresh_ms
 
 
 def _int(raw: str | bytes | None) -> int:

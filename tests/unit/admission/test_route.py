@@ -47,6 +47,11 @@ needs = st.builds(
 )
 
 
+def rank(standing: Standing) -> int:
+    """A refusing upstream's probe first when it refuses for another reason than being busy; a busy one's last."""
+    return 1 if standing.refusing is None else 2 if standing.refusing is HoldReason.BUSY else 0
+
+
 def usable(states: list[Standing], standing: Standing) -> bool:
     """Can it take a create? A free slot, and in a fleet its calls answered (a failing one is probed without jobs)."""
     return standing.free > 0 and not (len(states) > 1 and standing.failing)
@@ -95,7 +100,7 @@ def test_a_job_bound_to_an_upstream_that_is_up_goes_there_or_waits(states: list[
 
 
 @given(standings())
-def test_a_free_job_goes_to_a_refusing_ones_probe_first_then_the_lowest_share_in_use_never_to_a_failing_one(
+def test_a_free_job_goes_to_a_down_ones_probe_first_then_the_lowest_share_a_busy_ones_probe_last_never_a_failing_one(
     states: list[Standing],
 ) -> None:
     choice = route(states, Need(), NOW)
@@ -106,7 +111,7 @@ def test_a_free_job_goes_to_a_refusing_ones_probe_first_then_the_lowest_share_in
     chosen = next(s for s in states if s.name == choice.upstream)
     assert choice.moved_from is None
     for other in open_:
-        assert (chosen.refusing is None, chosen.share) <= (other.refusing is None, other.share)
+        assert (rank(chosen), chosen.share) <= (rank(other), other.share)
 
 
 def test_a_refusing_upstream_that_answers_gets_its_probe_while_another_has_room() -> None:
