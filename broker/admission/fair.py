@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from attrs import define, field, frozen
 
@@ -69,6 +69,24 @@ def moved(virtual: int, granted: Sequence[int], waiting: int | None, push: int) 
     """V of a priority after a pass that granted first attempts of tags `granted` there: `push` (the newcomers' cost)
     on, and at least one past each tag granted and the smallest tag still waiting (`waiting`; None: none known)."""
     return min(max(virtual + push, waiting or 0, *(tag + 1 for tag in granted)), MAX_TAG)
+
+
+def after_pass(
+    virtual: Sequence[int], places: Iterable[float], waiting: Callable[[int], int | None], newcomers: Newcomers
+) -> dict[int, int]:
+    """V of each priority a pass granted first attempts in (their `places` in the line), as `moved` gives it:
+    `waiting(priority)` is the smallest tag still waiting there; the newcomers heard are taken."""
+    granted: dict[int, list[int]] = {}
+    for place in places:
+        found = band_of(place)
+        if found is not None:
+            granted.setdefault(found[0], []).append(found[1])
+    passed: dict[int, int] = {}
+    for priority, tags in granted.items():
+        push = newcomers.push(priority, len(tags))
+        passed[priority] = moved(virtual[priority - 1], tags, waiting(priority), push)
+        newcomers.set(priority, passed[priority])
+    return passed
 
 
 def score(priority: int, tag: int) -> int:
@@ -224,29 +242,26 @@ class FairLine:
             every = [(float(p), job, 0) for line in self.lines.values() for p, job in line if p == tied[0][0]]
             merged = by_arrival(others + every, {job: self.arrived.get(job) for _, job, _ in every})
         heads = [(int(place), job) for place, job, _ in merged[:most]]
-        granted: dict[int, list[int]] = {}
         for place, job_id in heads:
             for line in self.lines.values():
                 if (place, job_id) in line:
                     line.remove((place, job_id))
                     heapq.heapify(line)
                     break
-            found = band_of(place)
-            if found is not None:
-                granted.setdefault(found[0], []).append(found[1])
-        left = [place for line in self.lines.values() for place, _ in line]
-        for priority, tags in granted.items():
-            waiting = smallest_in_band(left, priority)
-            push = self.newcomers.push(priority, len(tags))
-            self.virtual[priority - 1] = moved(self.virtual[priority - 1], tags, waiting, push)
-            self.newcomers.set(priority, self.virtual[priority - 1])
+        places = [place for place, _ in heads]
+        passed = after_pass(self.virtual, places, lambda priority: smallest(self._places(), priority), self.newcomers)
+        for priority, tag in passed.items():
+            self.virtual[priority - 1] = tag
         return [job_id for _, job_id in heads]
 
     def waiting(self) -> int:
         return sum(len(line) for line in self.lines.values())
 
+    def _places(self) -> Iterable[int]:
+        return (place for line in self.lines.values() for place, _ in line)
 
-def smallest_in_band(places: Iterable[float], priority: int) -> int | None:
+
+def smallest(places: Iterable[float], priority: int) -> int | None:
     """The smallest tag of `priority` among the places of waiting jobs (None: none of that priority)."""
     tags = [found[1] for found in map(band_of, places) if found is not None and found[0] == priority]
     return min(tags, default=None)

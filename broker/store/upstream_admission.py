@@ -99,12 +99,18 @@ def need_of(view: JobView | None, first: str, affinities: Mapping[str, str], gra
 
 
 def grant_calls(
-    answers: Sequence[Reserved], routed: dict[str, list[tuple[str, str]]], now_ms: int, slot_ttl_ms: int
+    answers: Sequence[Reserved],
+    routed: dict[str, list[tuple[str, str]]],
+    now_ms: int,
+    slot_ttl_ms: int,
+    moves: Sequence[str] = (),
 ) -> list[tuple[list[str], list[str | int]]]:
     """One admission_grant.lua call per upstream: its jobs (job, place) with its reservations, the unused ones
-    back; the first upstream's call also moves V past the places of the jobs granted on the others."""
+    back; the first upstream's call also moves V past the places of the jobs granted on the others, and past
+    `moves` (places one tag before where the pass moved V to)."""
     calls: list[tuple[list[str], list[str | int]]] = []
     elsewhere = [place for answer in answers[1:] for _, place in routed.get(answer.upstream.name, [])]
+    elsewhere += moves
     for index, answer in enumerate(answers):
         jobs = routed.get(answer.upstream.name, [])
         if not answer.reservations and not (index == 0 and elsewhere):

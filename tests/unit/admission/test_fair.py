@@ -281,7 +281,7 @@ def test_a_key_back_from_idle_banks_nothing(used: int, busy: int, weight: float,
     line = FairLine(partitions=8)
     for i in range(used):
         line.enter(f"i{i:03d}", Scheduling(fairness_key="idle", fairness_weight=weight), i)
-    for i in range(200):
+    for i in range(500):
         line.enter(f"b{i:03d}", Scheduling(fairness_key="busy"), 100 + i)
     while any(job.startswith("i") for line_ in line.lines.values() for _, job in line_):
         line.take(most)
