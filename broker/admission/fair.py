@@ -72,10 +72,15 @@ def moved(virtual: int, granted: Sequence[int], waiting: int | None, push: int) 
 
 
 def after_pass(
-    virtual: Sequence[int], places: Iterable[float], waiting: Callable[[int], int | None], newcomers: Newcomers
+    virtual: Sequence[int],
+    places: Iterable[float],
+    waiting: Callable[[int], int | None],
+    newcomers: Newcomers,
+    room: int,
 ) -> dict[int, int]:
     """V of each priority a pass granted first attempts in (their `places` in the line), as `moved` gives it:
-    `waiting(priority)` is the smallest tag still waiting there; the newcomers heard are taken."""
+    `waiting(priority)` is the smallest tag still waiting there; the newcomers heard push it (`room`: how many runs
+    the line may have live, Newcomers.push)."""
     granted: dict[int, list[int]] = {}
     for place in places:
         found = band_of(place)
@@ -83,7 +88,7 @@ def after_pass(
             granted.setdefault(found[0], []).append(found[1])
     passed: dict[int, int] = {}
     for priority, tags in granted.items():
-        push = newcomers.push(priority, len(tags))
+        push = newcomers.push(priority, len(tags), room)
         passed[priority] = moved(virtual[priority - 1], tags, waiting(priority), push)
         newcomers.set(priority, passed[priority])
     return passed
@@ -249,7 +254,9 @@ class FairLine:
                     heapq.heapify(line)
                     break
         places = [place for place, _ in heads]
-        passed = after_pass(self.virtual, places, lambda priority: smallest(self._places(), priority), self.newcomers)
+        passed = after_pass(
+            self.virtual, places, lambda priority: smallest(self._places(), priority), self.newcomers, most
+        )
         for priority, tag in passed.items():
             self.virtual[priority - 1] = tag
         return [job_id for _, job_id in heads]

@@ -31,15 +31,20 @@ class Newcomers:
                 self._count[index] = self._cost[index] = 0
                 self._known[index] = tag
 
-    def push(self, priority: int, granted: int) -> int:
+    def push(self, priority: int, granted: int, room: int) -> int:
         """How far a pass that granted `granted` first attempts of `priority` pushes its V: the cost of as many of
-        the newcomers heard since the last pass (those beyond arrived together with them: they share a tag). Takes
-        them all."""
-        count, cost = self._count[priority - 1], self._cost[priority - 1]
-        self._count[priority - 1] = self._cost[priority - 1] = 0
+        the newcomers heard as it granted. Of the rest, up to `room` (the runs the line may have live: newcomers
+        arriving about as fast as slots free up) wait for the next passes; those beyond arrived together with them
+        and share their tag, so they push nothing."""
+        index = priority - 1
+        count, cost = self._count[index], self._cost[index]
         if not count or granted <= 0:
             return 0
-        return cost if granted >= count else cost * granted // count
+        used = min(count, granted)
+        pushed = cost * used // count
+        left = min(count - used, max(0, room))
+        self._count[index], self._cost[index] = left, (cost - pushed) * left // max(1, count - used)
+        return pushed
 
     def set(self, priority: int, tag: int) -> None:
         """This replica's pass moved V of `priority` to `tag`."""

@@ -163,8 +163,9 @@ class AdmissionStore:
                 Grant(job_id, lease_token, stored, created, choice.upstream, choice.moved_from, choice.reason)
             )
         granted = [float(place) for jobs in routed.values() for _, place in jobs]
+        room = sum(a.standing.limit for a in answers)
         passed = fair.after_pass(
-            answers[0].virtual, granted, lambda q: fair.smallest(self._known.scores(), q), self.newcomers
+            answers[0].virtual, granted, lambda q: fair.smallest(self._known.scores(), q), self.newcomers, room
         )
         moves = [str(fair.score(priority, tag - 1)) for priority, tag in passed.items() if tag > 0]
         await run_many(

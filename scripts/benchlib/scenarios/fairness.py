@@ -6,8 +6,8 @@ The baseline column is the ideal.
   (after A's backlog); the whole run's utilisation (run-seconds / (CAP x first create .. last terminal)).
 - weights: keys of weights 3 and 1, each with K jobs, created at once: the heavier key's share of the first K
   starts (both are backlogged all along; a run's start = its terminal's updated_at - its length), target 0.75.
-- trickle: key A's 2K jobs, then a new one-job key for each run that starts (polling the simulator), K of them: A's
-  share of the runs started while they arrive, target 0.5 (key A against keys without a turn, paced as one key).
+- trickle: key A's 2K jobs, then a new one-job key for each run that starts (polling the simulator's creates), K of
+  them: A's share of the creates accepted while they arrive, target 0.5 (keys without a turn are paced as one key).
 - many keys: the S4.1 burst (fill, 429s, order) with every job under its own fairness key.
 """
 
@@ -86,25 +86,33 @@ async def trickle_round(services: Services, plan: Plan) -> float:
     await services.reset(max_concurrent=CAP)
     count = plan.fairness_weighted
     async with services.brokers(1) as procs, aiohttp.ClientSession() as session:
-        a = await create_keyed(session, procs[0], [("A", 1.0)] * (2 * count), "bench trickle A sleep:1")
+        a = set(await create_keyed(session, procs[0], [("A", 1.0)] * (2 * count), "bench trickle A sleep:1"))
         new: list[str] = []
-        seen, deadline = 0, time.monotonic() + 60 + count * 2
+        first, seen, deadline = None, 0, time.monotonic() + 60 + count * 2
         while len(new) < count:  # one new key per run seen starting
             assert time.monotonic() < deadline, "runs stopped starting"
-            started = creates(await services.sim_stats(session), "202")
-            if started > seen:
-                fresh = [(f"new-{len(new) + i}", 1.0) for i in range(min(started - seen, count - len(new)))]
+            started = await accepted(services, session)
+            if len(started) > seen:
+                fresh = [(f"new-{len(new) + i}", 1.0) for i in range(min(len(started) - seen, count - len(new)))]
+                first = len(started) if first is None else first
                 new += await create_keyed(session, procs[0], fresh, "bench trickle new sleep:1")
-                seen = started
+                seen = len(started)
             else:
                 await asyncio.sleep(0.02)
-        ended = time.time()
+        meanwhile = (await accepted(services, session))[first:seen]
         await sim_settled(services, session, 3 * count, timeout_s=60 + count * 6)
-        jobs = await settled_jobs(session, procs[0].url, a + new, timeout_s=60)
-    first = min(seconds(job, "created_at") for job in jobs[len(a) :])
-    window = [job for job in jobs if first <= seconds(job, "updated_at") - RUN <= ended]  # started meanwhile
-    backlog = set(a)
-    return sum(str(job["run_id"]) in backlog for job in window) / max(1, len(window))
+    return sum(job in a for job in meanwhile) / max(1, len(meanwhile))
+
+
+async def accepted(services: Services, session: aiohttp.ClientSession) -> list[str]:
+    """The jobs whose creates the simulator accepted, in order."""
+    async with session.get(f"{services.sim_url}/_sim/requests") as answer:
+        requests = (await answer.json())["requests"]
+    return [
+        str(r["idempotency_key"]).split("#")[0]
+        for r in requests
+        if r["method"] == "POST" and r["path"] == "/v1/runs" and r["status"] == 202
+    ]
 
 
 async def many_keys_round(services: Services, plan: Plan) -> tuple[float, float, int]:
