@@ -15,8 +15,9 @@ A pass moves V (`moved`): past every tag it granted (jobs that arrive later go b
 still waiting (V follows the line: a key back from idle banks nothing), and on by what the newcomers cost that
 entered at V since the last pass (broker/admission/newcomers.py). The last is the self-clocking: keys without a turn
 are paced as one more key, whose turn is V, so new one-job keys arriving as fast as slots free up take every other
-grant from a backlogged key of weight 1, not all of them; newcomers that arrive together (between two passes)
-still share a tag, and a pass that reaches them orders them by arrival (`tied_at_cut`, `by_arrival`). Bands keep
+grant from a backlogged key of weight 1, not all of them. Newcomers that arrive together (between two passes)
+still share a tag, and a pass that reaches them orders them by arrival (`tied_at_cut`, `by_arrival`); those
+beyond the line's limit push V no further, so a burst of new keys leaves the next newcomer no debt. Bands keep
 priorities strict; everything below BASE sorts ahead of every band: resubmits (`created_ms`, ~1.8e12) and the
 first attempts an older broker placed (`created_ms * 1000`, ~1.8e15).
 

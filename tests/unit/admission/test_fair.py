@@ -295,3 +295,24 @@ def test_a_key_back_from_idle_banks_nothing(used: int, busy: int, weight: float,
     assert back >= fresh
     waiting = min(place for line_ in line.lines.values() for place, job in line_ if job.startswith("b"))
     assert back >= waiting
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 80), st.integers(1, 3), st.integers(0, 20))
+def test_a_burst_of_new_keys_leaves_the_next_newcomer_no_debt(burst: int, most: int, before: int) -> None:
+    # Given two backlogged keys, and a burst of one-job keys arriving together after `before` passes
+    line = FairLine(partitions=8)
+    for i in range(600):
+        line.enter(f"{'ab'[i % 2]}{i:04d}", Scheduling(fairness_key="ab"[i % 2]), i)
+    for _ in range(before):
+        line.take(most)
+    for n in range(burst):
+        line.enter(f"n{n:03d}", Scheduling(fairness_key=f"new-{n}"), 1_000 + n)
+    while any(job.startswith("n") for line_ in line.lines.values() for _, job in line_):
+        line.take(most)
+    # When one more new key arrives once the burst ran, Then it starts within about a round of the two keys
+    line.enter("late", Scheduling(fairness_key="late"), 5_000)
+    order: list[str] = []
+    while "late" not in order:
+        order += line.take(most)
+    assert order.index("late") <= 2 * (2 + 1) * most, order
