@@ -12,12 +12,12 @@ virtual time of the priority, the tag a key without a turn ahead of it starts at
 round of the waiting keys), and two backlogged keys interleave in proportion to their weights.
 
 A pass moves V (`moved`): past every tag it granted (jobs that arrive later go behind them), up to the smallest tag
-still waiting (V follows the line: a key back from idle banks nothing), and on by what the newcomers cost that
-entered at V since the last pass (broker/admission/newcomers.py). The last is the self-clocking: keys without a turn
-are paced as one more key, whose turn is V, so new one-job keys arriving as fast as slots free up take every other
-grant from a backlogged key of weight 1, not all of them. Newcomers that arrive together (between two passes)
-still share a tag, and a pass that reaches them orders them by arrival (`tied_at_cut`, `by_arrival`); those
-beyond the line's limit push V no further, so a burst of new keys leaves the next newcomer no debt. Bands keep
+still waiting (V follows the line: a key back from idle banks nothing), and past the latest jobs that entered at V
+by what they cost (broker/admission/newcomers.py). The last is the self-clocking: keys without a turn are paced as
+one more key, whose turn is V, so new one-job keys arriving as fast as slots free up take every other grant from a
+backlogged key of weight 1, not all of them. Newcomers that arrive together (between two passes) still share a tag,
+and a pass that reaches them orders them by arrival (`tied_at_cut`, `by_arrival`); those beyond the line's limit
+move V no further, so a burst of new keys leaves the next newcomer no debt. Bands keep
 priorities strict; everything below BASE sorts ahead of every band: resubmits (`created_ms`, ~1.8e12) and the
 first attempts an older broker placed (`created_ms * 1000`, ~1.8e15).
 
@@ -66,10 +66,11 @@ def start(turn: int | None, virtual: int, step: int) -> tuple[int, int]:
     return tag, min(tag + step, MAX_TAG)
 
 
-def moved(virtual: int, granted: Sequence[int], waiting: int | None, push: int) -> int:
-    """V of a priority after a pass that granted first attempts of tags `granted` there: `push` (the newcomers' cost)
-    on, and at least one past each tag granted and the smallest tag still waiting (`waiting`; None: none known)."""
-    return min(max(virtual + push, waiting or 0, *(tag + 1 for tag in granted)), MAX_TAG)
+def moved(virtual: int, granted: Sequence[int], waiting: int | None, newcomers: int | None) -> int:
+    """V of a priority after a pass that granted first attempts of tags `granted` there: at least one past each tag
+    granted, the smallest tag still waiting (`waiting`) and past the newcomers heard (`newcomers`: their tag plus
+    what they cost, Newcomers.past); None: none known. V never goes back."""
+    return min(max(virtual, waiting or 0, newcomers or 0, *(tag + 1 for tag in granted)), MAX_TAG)
 
 
 def after_pass(
@@ -80,19 +81,17 @@ def after_pass(
     room: int,
 ) -> dict[int, int]:
     """V of each priority a pass granted first attempts in (their `places` in the line), as `moved` gives it:
-    `waiting(priority)` is the smallest tag still waiting there; the newcomers heard push it (`room`: how many runs
-    the line may have live, Newcomers.push)."""
+    `waiting(priority)` is the smallest tag still waiting there; `room` how many runs the line may have live
+    (Newcomers.past)."""
     granted: dict[int, list[int]] = {}
     for place in places:
         found = band_of(place)
         if found is not None:
             granted.setdefault(found[0], []).append(found[1])
-    passed: dict[int, int] = {}
-    for priority, tags in granted.items():
-        push = newcomers.push(priority, len(tags), room)
-        passed[priority] = moved(virtual[priority - 1], tags, waiting(priority), push)
-        newcomers.set(priority, passed[priority])
-    return passed
+    return {
+        priority: moved(virtual[priority - 1], tags, waiting(priority), newcomers.past(priority, room))
+        for priority, tags in granted.items()
+    }
 
 
 def score(priority: int, tag: int) -> int:
@@ -224,8 +223,8 @@ class FairLine:
         v = self.virtual[p - 1] if virtual is None else virtual
         step = advance(scheduling.fairness_weight)
         tag, turn = start(self.turns.get((p, key)), v, step)
-        if tag == v:  # as the create's message (`new P A J`)
-            self.newcomers.entered(p, step)
+        if tag == v:  # as the create's message (`new S A J`)
+            self.newcomers.entered(p, tag, step)
         self.turns = {k: f for k, f in self.turns.items() if not (k[0] == p and f <= v)}  # as fair_turn.lua
         self.turns[(p, key)] = turn
         place = score(p, tag)
@@ -238,7 +237,6 @@ class FairLine:
 
     def take(self, most: int) -> list[str]:
         """One pass: the `most` smallest heads over every partition (each line read `most` deep), merged."""
-        self.newcomers.learnt(self.virtual)
         merged = sorted(
             (float(place), job, 0) for line in self.lines.values() for place, job in heapq.nsmallest(most, line)
         )

@@ -1,51 +1,38 @@
-"""The jobs that entered the admission line at the virtual time V since this replica's last pass (SPEC S4.2): jobs of
-keys without a turn ahead of V (a new key, or one back from idle). Each create of one says so to every replica
-(`new P A J`, broker/store/signals.py); a pass pushes V on by what they cost, so that the next keys without a turn
-start behind them (broker/admission/fair.py `moved`).
+"""The latest jobs that entered the admission line at the virtual time V (SPEC S4.2): jobs of keys without a turn
+ahead of V (a new key, or one back from idle). Each create of one says so to every replica, with the tag it started
+at and its turn's advance (`new S A J`, broker/store/signals.py); a pass moves V past them by what they cost
+(broker/admission/fair.py `moved`), so that the next keys without a turn start behind them.
 
-Kept in memory, per replica, per priority. When a pass finds V moved by another replica since this one last set or
-learnt it, the newcomers heard before are taken as counted there. A message lost only makes V follow the waiting
-jobs alone for that job."""
+Kept in memory, per replica, per priority: the latest tag newcomers started at, and how many started there and what
+they cost. Every replica hears the same messages, so their passes move V to the same place (V only grows: the
+largest wins, never a sum). A message lost only leaves V following the waiting jobs for that job."""
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 
 class Newcomers:
     def __init__(self, priorities: int) -> None:
-        self._count = [0] * priorities  #: newcomers heard per priority since the last pass took them
+        self._tag = [-1] * priorities  #: the latest tag newcomers started at (-1: none heard)
+        self._count = [0] * priorities  #: how many started there
         self._cost = [0] * priorities  #: their advances summed (tag units)
-        self._known = [0] * priorities  #: V per priority as this replica last set or learnt it
 
-    def entered(self, priority: int, advance: int) -> None:
-        """A job of `priority` whose turn costs `advance` entered the line at V."""
-        if 1 <= priority <= len(self._count) and advance > 0:
-            self._count[priority - 1] += 1
-            self._cost[priority - 1] += advance
-
-    def learnt(self, tags: Sequence[int]) -> None:
-        """V per priority as a pass read it: moved by another replica, it counted the newcomers heard until then."""
-        for index, tag in enumerate(tags[: len(self._known)]):
-            if tag > self._known[index]:
-                self._count[index] = self._cost[index] = 0
-                self._known[index] = tag
-
-    def push(self, priority: int, granted: int, room: int) -> int:
-        """How far a pass that granted `granted` first attempts of `priority` pushes its V: the cost of as many of
-        the newcomers heard as it granted. Of the rest, up to `room` (the runs the line may have live: newcomers
-        arriving about as fast as slots free up) wait for the next passes; those beyond arrived together with them
-        and share their tag, so they push nothing."""
+    def entered(self, priority: int, tag: int, advance: int) -> None:
+        """A job of `priority` whose turn costs `advance` entered the line at V = `tag`."""
         index = priority - 1
-        count, cost = self._count[index], self._cost[index]
-        if not count or granted <= 0:
-            return 0
-        used = min(count, granted)
-        pushed = cost * used // count
-        left = min(count - used, max(0, room))
-        self._count[index], self._cost[index] = left, (cost - pushed) * left // max(1, count - used)
-        return pushed
+        if not 0 <= index < len(self._tag) or advance <= 0 or tag < self._tag[index]:
+            return  # a create on a replica whose V lagged: behind newcomers already heard
+        if tag > self._tag[index]:
+            self._tag[index], self._count[index], self._cost[index] = tag, 0, 0
+        self._count[index] += 1
+        self._cost[index] += advance
 
-    def set(self, priority: int, tag: int) -> None:
-        """This replica's pass moved V of `priority` to `tag`."""
-        self._known[priority - 1] = max(self._known[priority - 1], tag)
+    def past(self, priority: int, room: int) -> int | None:
+        """Where V must be for the next newcomers to start behind those heard: their tag plus what they cost, of at
+        most `room` of them (the runs the line may have live: newcomers arriving about as fast as slots free up;
+        those beyond arrived together with them and share their turn, so a burst leaves no debt). None: none
+        heard."""
+        index = priority - 1
+        count = self._count[index]
+        if not count:
+            return None
+        return self._tag[index] + self._cost[index] * min(count, max(1, room)) // count

@@ -25,7 +25,7 @@ class Gate:
 
     def heard(self, job_id: str, newcomer: tuple[int, int] | None = None) -> None:
         """A `line` doorbell: the job joined the line (its partition is read by the next pass); `newcomer`:
-        (priority, advance) of a job that started at the line's virtual time."""
+        (score, advance) of a job that started at the line's virtual time."""
         self.store.heard(job_id, newcomer)
 
     async def accepted(self, job_id: str, now_ms: int, *, upstream: str | None = None) -> None:

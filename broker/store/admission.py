@@ -14,8 +14,8 @@ however many jobs it grants:
      skipped;
   4. gives the claimed jobs their reserved slots and the unused reservations back (admission_grant.lua, which
      also moves each priority's virtual time V where the pass moved it: broker/admission/fair.py `after_pass`,
-     from the tags granted, the smallest tag known to wait and the newcomers heard; step 1 returns V to the
-     replica).
+     from the tags granted, the smallest tag known to wait and the latest newcomers heard; step 1 returns V to
+     the replica).
 A crash between steps loses nothing: a reservation expires by itself (RUNS_LEASE) and a claimed job is
 due for takeover. A slot is keyed by its job: the job's run lease decides who holds it, its expiry
 (renewed with the lease) returns a dead replica's slots within RUNS_LEASE.
@@ -107,7 +107,7 @@ class AdmissionStore:
         self._first = self.upstreams[0].keys
         self._affinity = affinity  #: sessions' upstreams (SPEC S10); None: no affinity
         self.virtual = virtual or fair.VirtualTimes()  #: V per priority, learnt with every pass (SPEC S4.2)
-        self.newcomers = Newcomers(len(fair.PRIORITIES))  #: jobs heard to start at V since the last pass
+        self.newcomers = Newcomers(len(fair.PRIORITIES))  #: the latest jobs heard to start at V
         self._drifted: list[int] = []  #: partitions read with an empty line but counts of waiting jobs
         self._slots = KnownSlots()  #: the slots this replica granted, and the acceptances it wrote
         self._known = KnownHeads()  #: the lines' first jobs as last read here, and which lines changed since
@@ -134,7 +134,6 @@ class AdmissionStore:
         ]
         wake = min((a.wake_at_ms for a in answers if a.wake_at_ms), default=0)
         self.virtual.learn(answers[0].virtual, now_ms)
-        self.newcomers.learnt(answers[0].virtual)
         count = sum(len(a.reservations) for a in answers)
         if not count:
             return Grants([], wake or None)  # at the limits, or pacing refusals: one round trip
@@ -226,11 +225,12 @@ class AdmissionStore:
         self._parked[job_id] = upstream
 
     def heard(self, job_id: str, newcomer: tuple[int, int] | None = None) -> None:
-        """A job is (back) in the line: the next pass reads its partition. `newcomer`: (priority, advance) of a job
+        """A job is (back) in the line: the next pass reads its partition. `newcomer`: (score, advance) of a job
         that started at V (SPEC S4.2)."""
         self._known.changed(keys.partition_of(job_id))
-        if newcomer is not None:
-            self.newcomers.entered(*newcomer)
+        found = None if newcomer is None else fair.band_of(newcomer[0])
+        if newcomer is not None and found is not None:
+            self.newcomers.entered(found[0], found[1], newcomer[1])
 
     async def _heads(self, most: int, now_ms: int, *, full: bool) -> list[tuple[str, str, int]]:
         """The first `most` waiting jobs over the lines, in line order, as (job, a new lease token, partition): the

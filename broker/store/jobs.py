@@ -352,7 +352,8 @@ def _entering(
     write picks one of the two as it takes the turn)."""
     scheduling = view.scheduling
     band = fair.front(scheduling.priority)
-    at_virtual = signals.newcomer_message(job_id, scheduling.priority, fair.advance(scheduling.fairness_weight))
+    start = place if place is not None else fair.score(scheduling.priority, int(turn[1][1]) if turn else 0)
+    at_virtual = signals.newcomer_message(job_id, start, fair.advance(scheduling.fairness_weight))
     joined = {"channel": keys.SIGNALS, "message": at_virtual if newcomer else signals.joined_message(job_id)}
     if turn is not None:
         joined["newcomer"] = at_virtual

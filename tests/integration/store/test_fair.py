@@ -195,12 +195,12 @@ async def test_a_create_that_starts_at_v_says_so_to_every_replica(redis: Redis) 
         await _until(lambda: len(heard) == 3)
     finally:
         listener.cancel()
-    # Then the newcomers' messages carry their priority and advance; every message names its job (on a cluster the
-    # nodes' messages may come in another order)
+    # Then the newcomers' messages carry their places (at V) and advances; every message names its job (on a
+    # cluster the nodes' messages may come in another order)
     assert {signals.joined(m): signals.newcomer(m) for m in heard} == {
-        job_id(1): (job_id(1), 2, 10_000),
+        job_id(1): (job_id(1), fair.score(2, 0), 10_000),
         job_id(2): None,
-        job_id(3): (job_id(3), 3, 2_500),
+        job_id(3): (job_id(3), fair.score(3, 0), 2_500),
     }
 
 

@@ -1,4 +1,4 @@
-"""The line's messages on the signals channel (broker/store/signals.py): `line J`, and `new P A J` for a job that
+"""The line's messages on the signals channel (broker/store/signals.py): `line J`, and `new S A J` for a job that
 started at the virtual time (SPEC S4.2); anything else is a nudge."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 from broker.store import signals
 
 
-def test_a_newcomers_message_names_its_job_priority_and_advance() -> None:
-    message = signals.newcomer_message("run_abc", 2, 10_000)
-    assert message == "new 2 10000 run_abc"
-    assert signals.newcomer(message) == ("run_abc", 2, 10_000)
+def test_a_newcomers_message_names_its_job_place_and_advance() -> None:
+    message = signals.newcomer_message("run_abc", 2**51 + 7, 10_000)
+    assert message == "new 2251799813685255 10000 run_abc"
+    assert signals.newcomer(message) == ("run_abc", 2**51 + 7, 10_000)
     assert signals.joined(message) == "run_abc"
 
 
