@@ -13,9 +13,7 @@ however many jobs it grants:
      the line, its run lease taken, due for takeover, its view read); a head another replica took is
      skipped;
   4. gives the claimed jobs their reserved slots and the unused reservations back (admission_grant.lua, which
-     also moves each priority's virtual time V where the pass moved it: broker/admission/fair.py `after_pass`,
-     from the tags granted, the smallest tag known to wait and the latest newcomers heard; step 1 returns V to
-     the replica).
+     also moves each priority's virtual time V, fair.after_pass; step 1 returns V to the replica).
 A crash between steps loses nothing: a reservation expires by itself (RUNS_LEASE) and a claimed job is
 due for takeover. A slot is keyed by its job: the job's run lease decides who holds it, its expiry
 (renewed with the lease) returns a dead replica's slots within RUNS_LEASE.
@@ -163,14 +161,10 @@ class AdmissionStore:
             )
         granted = [float(place) for jobs in routed.values() for _, place in jobs]
         room = sum(a.standing.limit for a in answers)
-        passed = fair.after_pass(
-            answers[0].virtual, granted, lambda q: fair.smallest(self._known.scores(), q), self.newcomers, room
-        )
-        moves = [str(fair.score(priority, tag - 1)) for priority, tag in passed.items() if tag > 0]
-        await run_many(
-            self._redis, self._scripts.admission_grant, grant_calls(answers, routed, now_ms, p.slot_ttl_ms, moves)
-        )
-        self.virtual.learn([passed.get(q, v) for q, v in zip(fair.PRIORITIES, answers[0].virtual, strict=True)], now_ms)
+        moved = fair.after_pass(answers[0].virtual, granted, self._waiting, self.newcomers, room)
+        settle = grant_calls(answers, routed, now_ms, p.slot_ttl_ms, moved)
+        await run_many(self._redis, self._scripts.admission_grant, settle)
+        self.virtual.learn([moved.get(q, v) for q, v in zip(fair.PRIORITIES, answers[0].virtual, strict=True)], now_ms)
         if self._drifted:  # rare: jobs moved by an older broker's scripts, which do not count them
             drifted, self._drifted = self._drifted, []
             calls: list[tuple[list[str], list[str]]] = [
@@ -223,6 +217,9 @@ class AdmissionStore:
         if len(self._parked) >= MAX_PARKED:
             self._parked.clear()  # a memory bound: at worst those jobs are claimed once more, and parked again
         self._parked[job_id] = upstream
+
+    def _waiting(self, priority: int) -> int | None:
+        return fair.smallest(self._known.scores(), priority)  # the smallest tag known to wait, after the claims
 
     def heard(self, job_id: str, newcomer: tuple[int, int] | None = None) -> None:
         """A job is (back) in the line: the next pass reads its partition. `newcomer`: (score, advance) of a job

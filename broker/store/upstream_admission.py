@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 
 from attrs import frozen
 
+from broker.admission import fair
 from broker.admission.route import Need, Standing
 from broker.admission.state import INITIAL_LIMIT, UpstreamFigures
 from broker.events import HoldReason
@@ -103,14 +104,14 @@ def grant_calls(
     routed: dict[str, list[tuple[str, str]]],
     now_ms: int,
     slot_ttl_ms: int,
-    moves: Sequence[str] = (),
+    moved: Mapping[int, int] | None = None,
 ) -> list[tuple[list[str], list[str | int]]]:
     """One admission_grant.lua call per upstream: its jobs (job, place) with its reservations, the unused ones
-    back; the first upstream's call also moves V past the places of the jobs granted on the others, and past
-    `moves` (places one tag before where the pass moved V to)."""
+    back; the first upstream's call also moves V past the places of the jobs granted on the others, and to where
+    the pass `moved` it (priority -> V: as the place one tag before)."""
     calls: list[tuple[list[str], list[str | int]]] = []
     elsewhere = [place for answer in answers[1:] for _, place in routed.get(answer.upstream.name, [])]
-    elsewhere += moves
+    elsewhere += [str(fair.score(priority, tag - 1)) for priority, tag in (moved or {}).items() if tag > 0]
     for index, answer in enumerate(answers):
         jobs = routed.get(answer.upstream.name, [])
         if not answer.reservations and not (index == 0 and elsewhere):
