@@ -15,7 +15,7 @@ min-max over alternating broker/baseline rounds, the baseline's (or the target),
   idle       broker RSS and Redis connections with N idle SSE clients         vs the targets
   memory     Redis memory per queued and per finished job                     vs the targets
   admission  S4.1 against a simulator capped at 10: makespan, 429s, order     vs the ideal
-  fairness   S4.2 capped at 10: a late key's makespan, utilisation, 3:1 shares, many keys   vs the ideal
+  fairness   S4.2 capped at 10: a late key's makespan, utilisation, 3:1 shares, trickle, many keys   vs the ideal
   upstreams  S10: three simulators capped at 4, 6, 10, one line: makespan, 429s, peaks   vs the ideal;
              50 sessions x 4 turns on their upstreams; one simulator SIGKILLed: all complete, no key twice
   cluster    create c8/c64 and end to end (1, 2 replicas) on a 3+3 Redis Cluster vs on one redis-server 7

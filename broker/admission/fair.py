@@ -7,13 +7,19 @@ sorted set per partition and a pass still merges the partitions' heads (DESIGN Â
 
 `S` is the job's virtual start tag, in units of 1/10,000 of a weight-1 turn; `F` is its fairness key's next turn
 (the key's last start tag plus that job's advance, `10000 / weight` units, rounded, at least 1); `V` is the
-virtual time of the priority: one past the largest start tag granted so far. A key's jobs get increasing tags
+virtual time of the priority, the tag a key without a turn ahead of it starts at. A key's jobs get increasing tags
 (FIFO within a key; one key alone is plain arrival order), a key that arrives late starts at `V` (about one
-round of the waiting keys), and two backlogged keys interleave in proportion to their weights. Jobs of keys
-without a turn that arrive between two grants share a tag: a pass that reaches them orders them by arrival
-(`tied_at_cut`, `by_arrival`), and the `+1` puts every later arrival behind them, so a stream of one-job keys
-never starves anybody. Bands keep priorities strict; everything below BASE sorts ahead of every band: resubmits
-(`created_ms`, ~1.8e12) and the first attempts an older broker placed (`created_ms * 1000`, ~1.8e15).
+round of the waiting keys), and two backlogged keys interleave in proportion to their weights.
+
+A pass moves V (`moved`): past every tag it granted (jobs that arrive later go behind them), up to the smallest tag
+still waiting (V follows the line: a key back from idle banks nothing), and past the latest jobs that entered at V
+by what they cost (broker/admission/newcomers.py). The last is the self-clocking: keys without a turn are paced as
+one more key, whose turn is V, so new one-job keys arriving as fast as slots free up take every other grant from a
+backlogged key of weight 1, not all of them. Newcomers that arrive together (between two passes) still share a tag,
+and a pass that reaches them orders them by arrival (`tied_at_cut`, `by_arrival`); those beyond the line's limit
+move V no further, so a burst of new keys leaves the next newcomer no debt. Bands keep
+priorities strict; everything below BASE sorts ahead of every band: resubmits (`created_ms`, ~1.8e12) and the
+first attempts an older broker placed (`created_ms * 1000`, ~1.8e15).
 
 Where the numbers live (broker/store): `F` per key and priority in the key's own partition (`turns`, written by
 the job write on a single Redis, by fair_turn.lua before it on a cluster), `V` in the admission state (kept by
@@ -25,10 +31,11 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from attrs import define, field, frozen
 
+from broker.admission.newcomers import Newcomers
 from broker.config import Config
 from broker.events import Scheduling
 
@@ -57,6 +64,34 @@ def start(turn: int | None, virtual: int, step: int) -> tuple[int, int]:
     """(the job's start tag, its key's next turn) from the key's turn (None: none kept) and V."""
     tag = min(max(turn or 0, virtual), MAX_TAG)
     return tag, min(tag + step, MAX_TAG)
+
+
+def moved(virtual: int, granted: Sequence[int], waiting: int | None, newcomers: int | None) -> int:
+    """V of a priority after a pass that granted first attempts of tags `granted` there: at least one past each tag
+    granted, the smallest tag still waiting (`waiting`) and past the newcomers heard (`newcomers`: their tag plus
+    what they cost, Newcomers.past); None: none known. V never goes back."""
+    return min(max(virtual, waiting or 0, newcomers or 0, *(tag + 1 for tag in granted)), MAX_TAG)
+
+
+def after_pass(
+    virtual: Sequence[int],
+    places: Iterable[float],
+    waiting: Callable[[int], int | None],
+    newcomers: Newcomers,
+    room: int,
+) -> dict[int, int]:
+    """V of each priority a pass granted first attempts in (their `places` in the line), as `moved` gives it:
+    `waiting(priority)` is the smallest tag still waiting there; `room` how many runs the line may have live
+    (Newcomers.past)."""
+    granted: dict[int, list[int]] = {}
+    for place in places:
+        found = band_of(place)
+        if found is not None:
+            granted.setdefault(found[0], []).append(found[1])
+    return {
+        priority: moved(virtual[priority - 1], tags, waiting(priority), newcomers.past(priority, room))
+        for priority, tags in granted.items()
+    }
 
 
 def score(priority: int, tag: int) -> int:
@@ -172,8 +207,8 @@ def top_keys(counts: Iterable[tuple[str, int, float]], most: int = TOP_KEYS) -> 
 
 @define
 class FairLine:
-    """A pure model of the partitioned line as the store keeps it, for property tests and the bench's ideal:
-    turns per (priority, key), V per priority, one sorted line per partition, passes merging their heads.
+    """A pure model of the partitioned line as the store keeps it, for property tests: turns per (priority, key),
+    V per priority, one sorted line per partition, passes merging their heads, one replica's newcomers heard.
     `stale` creates may pass an older V (another replica's cache)."""
 
     partitions: int = 64
@@ -181,11 +216,15 @@ class FairLine:
     virtual: list[int] = field(factory=lambda: [0] * len(PRIORITIES))
     lines: dict[int, list[tuple[int, str]]] = field(factory=dict)
     arrived: dict[str, int] = field(factory=dict)  #: job -> arrival rank (the store: `arrivals`, created ms)
+    newcomers: Newcomers = field(factory=lambda: Newcomers(len(PRIORITIES)))
 
     def enter(self, job_id: str, scheduling: Scheduling, partition: int, virtual: int | None = None) -> int:
         p, key = scheduling.priority, scheduling.fairness_key
         v = self.virtual[p - 1] if virtual is None else virtual
-        tag, turn = start(self.turns.get((p, key)), v, advance(scheduling.fairness_weight))
+        step = advance(scheduling.fairness_weight)
+        tag, turn = start(self.turns.get((p, key)), v, step)
+        if tag == v:  # as the create's message (`new S A J`)
+            self.newcomers.entered(p, tag, step)
         self.turns = {k: f for k, f in self.turns.items() if not (k[0] == p and f <= v)}  # as fair_turn.lua
         self.turns[(p, key)] = turn
         place = score(p, tag)
@@ -213,11 +252,22 @@ class FairLine:
                     line.remove((place, job_id))
                     heapq.heapify(line)
                     break
-            found = band_of(place)
-            if found is not None:
-                priority, tag = found
-                self.virtual[priority - 1] = max(self.virtual[priority - 1], tag + 1)
+        places = [place for place, _ in heads]
+        passed = after_pass(
+            self.virtual, places, lambda priority: smallest(self._places(), priority), self.newcomers, most
+        )
+        for priority, tag in passed.items():
+            self.virtual[priority - 1] = tag
         return [job_id for _, job_id in heads]
 
     def waiting(self) -> int:
         return sum(len(line) for line in self.lines.values())
+
+    def _places(self) -> Iterable[int]:
+        return (place for line in self.lines.values() for place, _ in line)
+
+
+def smallest(places: Iterable[float], priority: int) -> int | None:
+    """The smallest tag of `priority` among the places of waiting jobs (None: none of that priority)."""
+    tags = [found[1] for found in map(band_of, places) if found is not None and found[0] == priority]
+    return min(tags, default=None)

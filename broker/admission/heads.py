@@ -60,6 +60,10 @@ class KnownHeads:
             heads.append(head)
         return heads
 
+    def scores(self) -> Iterator[float]:
+        """The scores of every known job."""
+        return (score for line in self._lines.values() for _, score in line)
+
     def taken(self, job_id: str, partition: int, *, gone: bool) -> None:
         """This replica claimed the job off its line; `gone`: it was not in the line any more (read the line again)."""
         line = self._lines.get(partition)

@@ -23,9 +23,10 @@ class Gate:
     async def admit(self, now_ms: int, most: int) -> Grants:
         return await self.store.admit(now_ms, most)
 
-    def heard(self, job_id: str) -> None:
-        """A `line` doorbell: the job joined the line (its partition is read by the next pass)."""
-        self.store.heard(job_id)
+    def heard(self, job_id: str, newcomer: tuple[int, int] | None = None) -> None:
+        """A `line` doorbell: the job joined the line (its partition is read by the next pass); `newcomer`:
+        (score, advance) of a job that started at the line's virtual time."""
+        self.store.heard(job_id, newcomer)
 
     async def accepted(self, job_id: str, now_ms: int, *, upstream: str | None = None) -> None:
         answer = await self.store.accepted(job_id, now_ms, upstream=upstream)

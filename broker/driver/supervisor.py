@@ -282,8 +282,9 @@ class Supervisor:
         # A job that joined the line while this replica was not listening is seen by the pass this rings.
         async for message in signals.nudges(self._redis, subscribed=self.ring):
             job_id = signals.joined(message)
-            if job_id is not None:
-                self._deps.gate.heard(job_id)  # known here before a doorbell or a slot moves the line
+            if job_id is not None:  # known here before a doorbell or a slot moves the line
+                entered = signals.newcomer(message)
+                self._deps.gate.heard(job_id, None if entered is None else entered[1:])
                 continue
             entry = self._runners.get(message)
             if entry is not None:

@@ -13,7 +13,7 @@ however many jobs it grants:
      the line, its run lease taken, due for takeover, its view read); a head another replica took is
      skipped;
   4. gives the claimed jobs their reserved slots and the unused reservations back (admission_grant.lua, which
-     also moves each priority's virtual time V past the tags it granted; step 1 returns V to the replica).
+     also moves each priority's virtual time V, fair.after_pass; step 1 returns V to the replica).
 A crash between steps loses nothing: a reservation expires by itself (RUNS_LEASE) and a claimed job is
 due for takeover. A slot is keyed by its job: the job's run lease decides who holds it, its expiry
 (renewed with the lease) returns a dead replica's slots within RUNS_LEASE.
@@ -37,6 +37,7 @@ from redis.commands.core import AsyncScript
 from broker.admission import fair
 from broker.admission.heads import DEPTH, KnownHeads
 from broker.admission.known_slots import KnownSlots
+from broker.admission.newcomers import Newcomers
 from broker.admission.pacing import Pacing
 from broker.admission.route import Need, route, take
 from broker.admission.state import INITIAL_LIMIT, LineState
@@ -110,6 +111,7 @@ class AdmissionStore:
         #: runs, and no replica keeps its health; a streak a fleet left in its state is not read)
         self.lost_ms = pacing.upstream_lost_ms if len(self.upstreams) > 1 else 0
         self.virtual = virtual or fair.VirtualTimes()  #: V per priority, learnt with every pass (SPEC S4.2)
+        self.newcomers = Newcomers(len(fair.PRIORITIES))  #: the latest jobs heard to start at V
         self._drifted: list[int] = []  #: partitions read with an empty line but counts of waiting jobs
         self._slots = KnownSlots()  #: the slots this replica granted, and the acceptances it wrote
         self._known = KnownHeads()  #: the lines' first jobs as last read here, and which lines changed since
@@ -163,7 +165,12 @@ class AdmissionStore:
             grants.append(
                 Grant(job_id, lease_token, stored, created, choice.upstream, choice.moved_from, choice.reason)
             )
-        await run_many(self._redis, self._scripts.admission_grant, grant_calls(answers, routed, now_ms, p.slot_ttl_ms))
+        granted = [float(place) for jobs in routed.values() for _, place in jobs]
+        room = sum(a.standing.limit for a in answers)
+        moved = fair.after_pass(answers[0].virtual, granted, self._waiting, self.newcomers, room)
+        settle = grant_calls(answers, routed, now_ms, p.slot_ttl_ms, moved)
+        await run_many(self._redis, self._scripts.admission_grant, settle)
+        self.virtual.learn([moved.get(q, v) for q, v in zip(fair.PRIORITIES, answers[0].virtual, strict=True)], now_ms)
         if self._drifted:  # rare: jobs moved by an older broker's scripts, which do not count them
             drifted, self._drifted = self._drifted, []
             calls: list[tuple[list[str], list[str]]] = [
@@ -209,9 +216,16 @@ class AdmissionStore:
             self._parked.clear()  # a memory bound: at worst those jobs are claimed once more, and parked again
         self._parked[job_id] = upstream
 
-    def heard(self, job_id: str) -> None:
-        """A job is (back) in the line: the next pass reads its partition."""
+    def _waiting(self, priority: int) -> int | None:
+        return fair.smallest(self._known.scores(), priority)  # the smallest tag known to wait, after the claims
+
+    def heard(self, job_id: str, newcomer: tuple[int, int] | None = None) -> None:
+        """A job is (back) in the line: the next pass reads its partition. `newcomer`: (score, advance) of a job
+        that started at V (SPEC S4.2)."""
         self._known.changed(keys.partition_of(job_id))
+        found = None if newcomer is None else fair.band_of(newcomer[0])
+        if newcomer is not None and found is not None:
+            self.newcomers.entered(found[0], found[1], newcomer[1])
 
     async def _heads(self, most: int, now_ms: int, *, full: bool) -> list[tuple[str, str, int]]:
         """The first `most` waiting jobs over the lines, in line order, as (job, a new lease token, partition): the

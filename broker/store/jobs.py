@@ -93,10 +93,11 @@ class JobStore:
         (SPEC S4.2): on a cluster taken first, in the key's partition (a replayed create takes a turn it does not
         use); on a single Redis inside the job write."""
         turn, args = await self._turn(view, event.at_ms)
-        place = None
+        place, newcomer = None, False
         if self._cluster:
             reply = await self._scripts.fair_turn(keys=[turn], args=args)
-            place = fair.score(view.scheduling.priority, int(reply.decode() if isinstance(reply, bytes) else reply))
+            tag = int(reply.decode() if isinstance(reply, bytes) else reply)
+            place, newcomer = fair.score(view.scheduling.priority, tag), tag == args[1]
         reply = await self._write(
             event.job_id,
             [event],
@@ -107,6 +108,7 @@ class JobStore:
             board=board,
             place=place,
             turn=None if self._cluster else (turn, args),
+            newcomer=newcomer,
         )
         if reply[0] == "OK":
             if self._cluster:  # the doorbells (hints: the line is looked at anyway) are other slots there
@@ -194,6 +196,7 @@ class JobStore:
         before: JobView | None = None,
         place: int | None = None,
         turn: tuple[str, list[str | int]] | None = None,
+        newcomer: bool = False,
         release: bool = False,
     ) -> list[str]:
         """One append_events.lua over the job's partition (one slot; on a single Redis also the work stream,
@@ -213,7 +216,7 @@ class JobStore:
         if ring is not None and not self._cluster:
             write["ring"] = ring
         if expected == "$new":
-            write.update(_entering(job_id, view, place, turn))
+            write.update(_entering(job_id, view, place, turn, newcomer=newcomer))
         elif view.status.terminal:
             write["line"] = "leave"
         ends = view.status.terminal and not (before and before.status.terminal)
@@ -352,17 +355,24 @@ def _write_keys(job_id: str) -> tuple[str, ...]:
 
 
 def _entering(
-    job_id: str, view: JobView, place: int | None, turn: tuple[str, list[str | int]] | None
+    job_id: str, view: JobView, place: int | None, turn: tuple[str, list[str | int]] | None, *, newcomer: bool
 ) -> dict[str, object]:
-    """The fields of a create's write that put the job in its partition's line (SPEC S4.1, S4.2)."""
+    """The fields of a create's write that put the job in its partition's line (SPEC S4.1, S4.2): the message
+    it publishes says whether it started at the virtual time (`newcomer`, on a cluster; on a single Redis the
+    write picks one of the two as it takes the turn)."""
     scheduling = view.scheduling
     band = fair.front(scheduling.priority)
+    start = place if place is not None else fair.score(scheduling.priority, int(turn[1][1]) if turn else 0)
+    at_virtual = signals.newcomer_message(job_id, start, fair.advance(scheduling.fairness_weight))
+    joined = {"channel": keys.SIGNALS, "message": at_virtual if newcomer else signals.joined_message(job_id)}
+    if turn is not None:
+        joined["newcomer"] = at_virtual
     fields: dict[str, object] = {
         "line": "enter",
         "place": str(place if place is not None else band),
         "fair": {"key": scheduling.fairness_key, "weight": repr(scheduling.fairness_weight)},
         "arrived": str(view.created_at_ms),
-        "joined": {"channel": keys.SIGNALS, "message": signals.joined_message(job_id)},
+        "joined": joined,
     }
     if turn is not None:
         key, virtual, step, most = turn[1]

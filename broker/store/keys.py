@@ -57,7 +57,8 @@ hbr:lock:<name>              string  token-owned locks                          
   hbr:lock:board:<J>         one board key's deliveries                                longest delivery; sender
   hbr:lock:board:reconcile   one reconciliation pass per interval                      BOARD_RECONCILE_INTERVAL
 hbr:signals                  pubsub  job ids whose owner should re-read their stream,  -; http (stop, approval),
-                                     and `line J`: job J joined the line (S4.1)          job write (create)
+                                     and `line J`: job J joined the line (S4.1);         job write (create)
+                                     `new S A J`: joined at the virtual time (S4.2)
 hbr:{adm}:live               zset    jobs holding an admission slot -> slot expiry ms  none; admission
 hbr:{adm}:reserved           zset    slots reserved for a pass -> expiry ms            none; admission pass
 hbr:{adm}:slots              hash    job holding a slot -> its place in the line       none; admission

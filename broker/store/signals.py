@@ -1,6 +1,9 @@
 """Pub/sub nudges: "the stream of job J changed outside its owner; look now" (stop, approval), and
 "job J joined the admission line" (`line J`, published by the create's write: every replica's admission
-pass then reads J's partition).
+pass then reads J's partition; `new S A J` for a job that took no turn of its key but started at the line's
+virtual time, with its score S in the line and its turn's advance A: a pass moves the virtual time past it, SPEC
+S4.2). An older replica takes `new …` for a nudge of no job of its own and ignores it (the work stream's doorbell
+still names J).
 
 Classic PUBLISH reaches the subscribers of every node of a cluster, so on a cluster a replica subscribes
 through a plain connection to one node (a random one of the topology the client knows); when that node goes
@@ -18,6 +21,7 @@ from broker.store import keys
 from broker.store.connection import is_cluster
 
 JOINED = "line "  #: the prefix of a message naming a job that joined the admission line
+NEWCOMER = "new "  #: the prefix of a message naming a job that joined it at the virtual time
 
 
 async def nudge(redis: Redis, job_id: str) -> None:
@@ -29,9 +33,27 @@ def joined_message(job_id: str) -> str:
     return f"{JOINED}{job_id}"
 
 
+def newcomer_message(job_id: str, place: int, advance: int) -> str:
+    """What the create's write publishes instead of `line J` for a job that started at the virtual time."""
+    return f"{NEWCOMER}{place} {advance} {job_id}"
+
+
 def joined(message: str) -> str | None:
-    """The job a `line J` message names; None for a nudge."""
-    return message[len(JOINED) :] if message.startswith(JOINED) else None
+    """The job a `line J` or `new S A J` message names; None for a nudge."""
+    if message.startswith(JOINED):
+        return message[len(JOINED) :]
+    entered = newcomer(message)
+    return entered[0] if entered is not None else None
+
+
+def newcomer(message: str) -> tuple[str, int, int] | None:
+    """(job, score, advance) of a `new S A J` message; None for any other."""
+    if not message.startswith(NEWCOMER):
+        return None
+    parts = message[len(NEWCOMER) :].split(" ", 2)
+    if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit():
+        return None
+    return parts[2], int(parts[0]), int(parts[1])
 
 
 async def nudges(redis: Redis, subscribed: Callable[[], None] = lambda: None) -> AsyncIterator[str]:

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 
 from attrs import frozen
 
+from broker.admission import fair
 from broker.admission.route import UNTIL_LOST, Need, Standing
 from broker.admission.state import INITIAL_LIMIT, UpstreamFigures
 from broker.events import HoldReason
@@ -103,12 +104,18 @@ def need_of(view: JobView | None, first: str, affinities: Mapping[str, str], gra
 
 
 def grant_calls(
-    answers: Sequence[Reserved], routed: dict[str, list[tuple[str, str]]], now_ms: int, slot_ttl_ms: int
+    answers: Sequence[Reserved],
+    routed: dict[str, list[tuple[str, str]]],
+    now_ms: int,
+    slot_ttl_ms: int,
+    moved: Mapping[int, int] | None = None,
 ) -> list[tuple[list[str], list[str | int]]]:
     """One admission_grant.lua call per upstream: its jobs (job, place) with its reservations, the unused ones
-    back; the first upstream's call also moves V past the places of the jobs granted on the others."""
+    back; the first upstream's call also moves V past the places of the jobs granted on the others, and to where
+    the pass `moved` it (priority -> V: as the place one tag before)."""
     calls: list[tuple[list[str], list[str | int]]] = []
     elsewhere = [place for answer in answers[1:] for _, place in routed.get(answer.upstream.name, [])]
+    elsewhere += [str(fair.score(priority, tag - 1)) for priority, tag in (moved or {}).items() if tag > 0]
     for index, answer in enumerate(answers):
         jobs = routed.get(answer.upstream.name, [])
         if not answer.reservations and not (index == 0 and elsewhere):

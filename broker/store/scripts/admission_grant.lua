@@ -3,17 +3,19 @@
 -- later requeue), and give back the reservations no job was found for (the lines were shorter, or other
 -- replicas claimed their heads first). A probe reserved for a granted reservation becomes that job's
 -- (and is counted); a probe reserved for one given back is over. The virtual time of each priority (SPEC
--- S4.2) becomes one past the largest start tag granted in it (a first attempt's place, broker/admission/fair.py:
--- a job that arrives after a grant sorts behind every job of its tag that waited then). With several upstreams
--- (SPEC S10) every upstream settles its own reservations, and the first one's call (its state holds V) also
--- gets the places of the jobs granted on the others.
+-- S4.2) becomes at least one past the largest start tag granted in it and one past each place of the moves (a
+-- first attempt's place, broker/admission/fair.py: a job that arrives after a grant sorts behind every job of its
+-- tag that waited then; the caller's moves carry where its pass moved V to, `moved`); it never goes back. With
+-- several upstreams (SPEC S10) every upstream settles its own reservations, and the first one's call (its state
+-- holds V) also gets the places of the jobs granted on the others and the moves.
 -- KEYS[1] admission state hash   KEYS[2] live zset   KEYS[3] slots hash   KEYS[4] reserved zset
 --   (one slot: the upstream's, {adm} for the first of HERMES_URL, {adm:<name>} for the others, SPEC S10)
 -- ARGV[1] now (epoch ms)   ARGV[2] slot ttl ms   ARGV[3] g, the number of grants   ARGV[4] u, of unused ones
 -- ARGV[5] '1' when the pass's reservation may have taken the probe (admission_admit.lua saw a refusal; else no
 -- reservation of the pass is the probe, and the state's probe is not read)
 -- ARGV[6 .. 5+3g] g triples (reservation, job, its place in the line)   ARGV[6+3g .. 5+3g+u] unused reservations
--- ARGV[6+3g+u ..] places of jobs granted on other upstreams (they move V only)
+-- ARGV[6+3g+u ..] places that move V only: of jobs granted on other upstreams, and the pass's moves (each one tag
+-- before the V it moved to)
 -- Returns the number of reservations given back
 local expiry, g, u = tonumber(ARGV[1]) + tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local probe = ARGV[5] == '1' and redis.call('HGET', KEYS[1], 'probe')

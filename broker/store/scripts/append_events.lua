@@ -42,8 +42,9 @@
 --              a terminal write that takes it off the line uncounts it (the key is in the view JSON, ARGV[2])
 --   top        present: the index in KEYS of the partition's fair top zset, where each count of KEYS[12] is
 --              mirrored (the keys with most waiting jobs, SPEC S4.2)
---   joined     with 'enter': {channel, message}: published so every replica's next admission pass reads
---              the job's partition (broker/store/signals.py; PUBLISH names no key)
+--   joined     with 'enter': {channel, message, newcomer}: `message` is published so every replica's next
+--              admission pass reads the job's partition (broker/store/signals.py; PUBLISH names no key);
+--              `newcomer` (with `turn`) instead when the job starts at V, its key having no turn ahead of it
 --   deltas     present (with `expire`): when the job's message deltas are removed (epoch ms, S3.6)
 --   release    present (with `expire` and a `token`): the job ends in its driver's write: its run lease
 --              (KEYS[3]) is released and the job leaves the due schedule (KEYS[4]) here, as release_lease.lua
@@ -105,9 +106,11 @@ local last_status = 13 + tonumber(w.statuses)
 if w.line == 'enter' then
   local place = w.place
   local t = w.turn
+  local at_v = false
   if t then
     local turns, v, most = KEYS[last_status + 3], tonumber(t.v), tonumber(t.most)
     local s = math.min(math.max(tonumber(redis.call('ZSCORE', turns, t.key) or '0'), v), most)
+    at_v = s == v
     redis.call('ZREMRANGEBYSCORE', turns, '-inf', string.format('%.0f', v))
     redis.call('ZADD', turns, string.format('%.0f', math.min(s + tonumber(t.advance), most)), t.key)
     place = string.format('%.0f', tonumber(t.band) + s)
@@ -121,7 +124,7 @@ if w.line == 'enter' then
     counted(w.fair.key, 1, w.fair.weight)
   end
   if w.joined then
-    redis.call('PUBLISH', w.joined.channel, w.joined.message)
+    redis.call('PUBLISH', w.joined.channel, at_v and w.joined.newcomer or w.joined.message)
   end
 elseif w.line == 'leave' then
   redis.call('ZREM', KEYS[13], w.job)

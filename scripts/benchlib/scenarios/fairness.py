@@ -6,10 +6,15 @@ The baseline column is the ideal.
   (after A's backlog); the whole run's utilisation (run-seconds / (CAP x first create .. last terminal)).
 - weights: keys of weights 3 and 1, each with K jobs, created at once: the heavier key's share of the first K
   starts (both are backlogged all along; a run's start = its terminal's updated_at - its length), target 0.75.
+- trickle: key A's 2K jobs, then a new one-job key for each run that starts (polling the simulator's creates), K of
+  them: A's share of the creates accepted while they arrive, target 0.5 (keys without a turn are paced as one key).
 - many keys: the S4.1 burst (fill, 429s, order) with every job under its own fairness key.
 """
 
 from __future__ import annotations
+
+import asyncio
+import time
 
 import aiohttp
 import orjson
@@ -77,6 +82,39 @@ async def weights_round(services: Services, plan: Plan) -> float:
     return sum(str(job["run_id"]) in heavy for job in started) / count
 
 
+async def trickle_round(services: Services, plan: Plan) -> float:
+    await services.reset(max_concurrent=CAP)
+    count = plan.fairness_weighted
+    async with services.brokers(1) as procs, aiohttp.ClientSession() as session:
+        a = set(await create_keyed(session, procs[0], [("A", 1.0)] * (2 * count), "bench trickle A sleep:1"))
+        new: list[str] = []
+        first, seen, deadline = None, 0, time.monotonic() + 60 + count * 2
+        while len(new) < count:  # one new key per run seen starting
+            assert time.monotonic() < deadline, "runs stopped starting"
+            started = await accepted(services, session)
+            if len(started) > seen:
+                fresh = [(f"new-{len(new) + i}", 1.0) for i in range(min(len(started) - seen, count - len(new)))]
+                first = len(started) if first is None else first
+                new += await create_keyed(session, procs[0], fresh, "bench trickle new sleep:1")
+                seen = len(started)
+            else:
+                await asyncio.sleep(0.02)
+        meanwhile = (await accepted(services, session))[first:seen]
+        await sim_settled(services, session, 3 * count, timeout_s=60 + count * 6)
+    return sum(job in a for job in meanwhile) / max(1, len(meanwhile))
+
+
+async def accepted(services: Services, session: aiohttp.ClientSession) -> list[str]:
+    """The jobs whose creates the simulator accepted, in order."""
+    async with session.get(f"{services.sim_url}/_sim/requests") as answer:
+        requests = (await answer.json())["requests"]
+    return [
+        str(r["idempotency_key"]).split("#")[0]
+        for r in requests
+        if r["method"] == "POST" and r["path"] == "/v1/runs" and r["status"] == 202
+    ]
+
+
 async def many_keys_round(services: Services, plan: Plan) -> tuple[float, float, int]:
     await services.reset(max_concurrent=CAP)
     count = plan.admission_jobs
@@ -109,6 +147,9 @@ async def run(services: Services, plan: Plan) -> list[Row]:
     name = f"fairness, weights 3:1, {count} + {count} x sleep:1, cap {CAP}, 1 replica"
     share = await weights_round(services, plan)
     rows.append(Row(name, f"heavier key's share of the first {count} starts", [share], target="0.7-0.8", ideal=0.75))
+    name = f"fairness, key A {2 * count} then a new key per start, {count} x sleep:1, cap {CAP}, 1 replica"
+    trickle = await trickle_round(services, plan)
+    rows.append(Row(name, "A's share of the starts meanwhile", [trickle], target="ideal 0.5 (>= 0.35)", ideal=0.5))
     span, per_run, far = await many_keys_round(services, plan)
     name = f"fairness, {plan.admission_jobs} x sleep:1, one key each, cap {CAP}, 1 replica"
     burst_ideal = plan.admission_jobs / CAP * RUN

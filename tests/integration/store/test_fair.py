@@ -4,15 +4,19 @@ with it. Real Redis, both backends."""
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import random
+from collections.abc import Callable
 
+import pytest
 from redis.asyncio import Redis
 
 from broker.admission import fair
 from broker.admission.fair import FairLine
 from broker.admission.pacing import Pacing
 from broker.events import HoldReason, JobCreated, JobFinished, JobStatus, Scheduling, StopRequested
-from broker.store import keys
+from broker.store import keys, signals
 from broker.store.admission import AdmissionStore
 from broker.store.jobs import JobStore
 from projections.job import apply, fold
@@ -70,14 +74,15 @@ async def test_the_grant_keeps_v_and_every_pass_returns_it(redis: Redis) -> None
     # When a pass grants two of them
     grants = await admission.admit(T0, 5)
     assert grants.jobs == [job_id(0), job_id(1)]
-    # Then V of priority 2 is one past the larger tag granted, and the next pass brings it to this replica
-    assert await redis.hget(keys.ADMISSION_STATE, "v2") == "10001"
+    # Then V of priority 2 follows the line to the tag still waiting, and the next pass brings it to this replica
+    assert await redis.hget(keys.ADMISSION_STATE, "v2") == "20000"
     await admission.admit(T0 + 1, 5)
-    assert admission.virtual.tag(2) == 10_001 and admission.virtual.tag(3) == 0
-    # and a replica that creates reads it when its own is stale: a new key starts at V, before k's next job
+    assert admission.virtual.tag(2) == 20_000 and admission.virtual.tag(3) == 0
+    # and a replica that creates reads it when its own is stale: a new key starts at V, beside k's next job (which
+    # arrived first, so goes first)
     late = JobStore(redis, retention_ms=600_000)
     await create(late, 10, Scheduling(priority=2, fairness_key="late"), at_ms=T0 + 5_000)
-    assert await place(redis, 10) == fair.score(2, 10_001) < fair.score(2, 20_000) == await place(redis, 2)
+    assert await place(redis, 10) == fair.score(2, 20_000) == await place(redis, 2)
 
 
 async def test_counts_of_waiting_jobs_follow_the_line_and_go_away_with_it(redis: Redis) -> None:
@@ -175,3 +180,79 @@ async def test_jobs_of_one_start_tag_go_oldest_first_even_after_a_refusal(redis:
     assert stopped is not None
     await store.append(job_id(2), stop, stopped, expected_last_id=snapshot.last_id, before=snapshot.view)
     assert await redis.zscore(arrivals, job_id(2)) is None
+
+
+async def test_a_create_that_starts_at_v_says_so_to_every_replica(redis: Redis) -> None:
+    # Given a replica listening to the line's messages
+    store = JobStore(redis, retention_ms=600_000)
+    heard: list[str] = []
+    listening = asyncio.Event()
+    listener = asyncio.create_task(_listen(redis, heard, listening))
+    await asyncio.wait_for(listening.wait(), 10)
+    try:
+        # When key k creates two jobs (the first starts at V, the second at k's turn) and key w one of weight 4
+        await create(store, 1, Scheduling(priority=2, fairness_key="k"))
+        await create(store, 2, Scheduling(priority=2, fairness_key="k"))
+        await create(store, 3, Scheduling(fairness_key="w", fairness_weight=4.0))
+        await _until(lambda: len(heard) == 3)
+    finally:
+        listener.cancel()
+    # Then the newcomers' messages carry their places (at V) and advances; every message names its job (on a
+    # cluster the nodes' messages may come in another order)
+    assert {signals.joined(m): signals.newcomer(m) for m in heard} == {
+        job_id(1): (job_id(1), fair.score(2, 0), 10_000),
+        job_id(2): None,
+        job_id(3): (job_id(3), fair.score(3, 0), 2_500),
+    }
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+async def test_a_backlogged_key_keeps_half_the_starts_against_a_new_key_per_start(redis: Redis, replicas: int) -> None:
+    # Given key A's 40 waiting jobs and replicas that create and admit in turn (room for 2 runs), each hearing the
+    # line's messages as a broker does
+    stores = []
+    for _ in range(replicas):
+        virtual = fair.VirtualTimes()
+        stores.append(
+            (JobStore(redis, retention_ms=600_000, virtual=virtual), AdmissionStore(redis, Pacing(pinned=2), virtual))
+        )
+    for i in range(40):
+        await create(stores[0][0], i, Scheduling(fairness_key="A"), at_ms=T0 + i)
+    heard: list[str] = []
+    listening = asyncio.Event()
+    listener = asyncio.create_task(_listen(redis, heard, listening))
+    await asyncio.wait_for(listening.wait(), 10)
+    started: list[str] = []
+    try:
+        # When a run settles and a new one-job key arrives before every pass, 56 times (created on one replica,
+        # admitted by the next)
+        for n in range(56):
+            creator, admission = stores[n % replicas][0], stores[(n + 1) % replicas][1]
+            if len(started) >= 2:
+                await admission.release(started[-2], freed=True)
+            await create(creator, 1_000 + n, Scheduling(fairness_key=f"new-{n}"), at_ms=T0 + 100 + n)
+            await _until(lambda n=n: any(job_id(1_000 + n) in m for m in heard))  # type: ignore[misc]
+            for message, (_, replica) in itertools.product(heard, stores):
+                entered = signals.newcomer(message)
+                replica.heard(signals.joined(message) or "", None if entered is None else entered[1:])
+            heard.clear()
+            started += (await admission.admit(T0 + 200 + n, 2)).jobs
+    finally:
+        listener.cancel()
+    # Then A got about half of the starts (29 of 57; with V one past each grant, 1 of 57), in its own order
+    mine = [job for job in started if job < job_id(1_000)]
+    assert len(mine) >= 0.35 * len(started), (len(mine), len(started))
+    assert mine == sorted(mine)
+
+
+async def _listen(redis: Redis, heard: list[str], listening: asyncio.Event) -> None:
+    async for message in signals.nudges(redis, subscribed=listening.set):
+        heard.append(message)
+
+
+async def _until(done: Callable[[], bool], seconds: float = 10.0) -> None:
+    """Poll `done` until it holds (the pub/sub message is on its way), failing after `seconds`."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not done():
+        assert asyncio.get_running_loop().time() < deadline, "not heard in time"
+        await asyncio.sleep(0.01)
