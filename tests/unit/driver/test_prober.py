@@ -1,7 +1,10 @@
 """The prober (broker/driver/prober.py, SPEC S10): a frozen host, orphans left behind.
 
-The shared store is an in-memory stand-in that keeps upstream_heard.lua's rule (`merge`) and upstream_probe.lua's
-claim; the clients are stand-ins whose calls hang (a frozen host: SIGSTOP keeps its sockets open), fail or answer.
+What is tested here is the loop's timing and order: the shared store is an in-memory stand-in that keeps
+upstream_heard.lua's rule (`merge`) and upstream_probe.lua's claim, and the clients are stand-ins whose calls hang
+(a frozen host: SIGSTOP keeps its sockets open), fail or answer. The scripts themselves are held to that rule on a
+real Redis (tests/integration/store/test_upstream_admission.py), and the prober with real simulators in
+tests/e2e/test_upstream_faults.py and tests/integration/driver/test_orphans.py.
 """
 
 from __future__ import annotations
