@@ -31,7 +31,7 @@ from broker.errors import JobNotFound, LeaseLost, NotReplicated
 from broker.logging import get_logger
 from broker.store import keys, signals, work
 from broker.store.leases import Leases, new_token
-from broker.store.outage import REDIS_FAILURES, log_failure
+from broker.store.outage import REDIS_FAILURES, is_outage, log_failure
 from broker.tasks import cancel_all
 
 CLAIM_BLOCK_MS = 1_000
@@ -239,7 +239,7 @@ class Supervisor:
             self._log.warning("Lost a job's run lease.", extra={"job": runner.job_id, "replica": self.replica})
             return
         job_id, gate = runner.job_id, self._deps.gate
-        with contextlib.suppress(*REDIS_FAILURES):  # if this fails the lease expires and the schedule retries
+        try:
             if ending is Ending.QUEUED and runner.queued is not None:
                 await gate.enter(job_id, runner.queued.place)  # normally there already (jobs of an older broker)
                 due_at = runner.queued.deadline_ms  # woken then to expire, unless granted before
@@ -249,6 +249,9 @@ class Supervisor:
                 await gate.requeue(job_id, line_place(runner.view), upstream=runner.slot_upstream)  # keeps its place
             await self._leases.release(job_id, runner.token, due_at_ms=due_at)
             self._log.debug("Released a run lease.", extra={"job": job_id, "ending": ending.value})
+        except Exception as error:  # an outage (a connection torn down in a failover too): the lease expires and
+            if not is_outage(error):  # the schedule retries; anything else is a bug, logged with its traceback
+                log_failure(self._log, error, outage="", bug="Could not hand a job back.", job=job_id)
 
     async def _promote_loop(self) -> None:
         interval = min(1.0, self._leases.lease_ms / 3000)
