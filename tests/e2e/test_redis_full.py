@@ -23,7 +23,8 @@ TERMINAL = ("completed", "failed", "cancelled")
 @pytest.fixture(params=["single", "cluster"])
 def small_store(request: pytest.FixtureRequest) -> Iterator[tuple[Store, list[RedisServer]]]:
     """A store with a small maxmemory under noeviction, and its masters: a redis-server of its own, or the session
-    cluster with SMALL_MAXMEMORY above what each master holds (set back to none afterwards)."""
+    cluster with SMALL_MAXMEMORY / 2 above what each master holds, so the flood fills it as it fills the single one
+    (set back to none afterwards)."""
     if request.param == "single":
         server: RedisServer = request.getfixturevalue("small_redis")
         yield Store(server.url, {}), [server]
@@ -36,7 +37,7 @@ def small_store(request: pytest.FixtureRequest) -> Iterator[tuple[Store, list[Re
         with redis.Redis.from_url(master.url) as client:
             used = int(client.info("memory")["used_memory"])
             client.config_set("maxmemory-policy", "noeviction")
-            client.config_set("maxmemory", used + SMALL_MAXMEMORY)
+            client.config_set("maxmemory", used + SMALL_MAXMEMORY // 2)
     try:
         yield Store(cluster.url, {"REDIS_CLUSTER": "true"}), masters
     finally:
