@@ -43,6 +43,7 @@ from broker.http.appkeys import (
     store_key,
 )
 from broker.http.snapshot import LineSnapshot
+from broker.jobs.conversation import Conversations
 from broker.jobs.deltas import SWEEP_S, DeltaSweep
 from broker.jobs.fair_top import FairTopUpkeep
 from broker.jobs.memory_watch import MemoryWatch
@@ -63,12 +64,15 @@ from broker.store.jobs import JobStore
 from broker.store.leases import Leases
 from broker.store.migrate import MIGRATION_COMMAND, legacy_keys
 from broker.store.scripts import Scripts
+from broker.store.sessions import SessionStore
 from broker.store.upstream_admission import slots_of
 
 #: what only the composition root reaches: the HTTP edge never touches the driver, the board or the writer
 board_key = web.AppKey("board", BoardService)
 supervisor_key = web.AppKey("supervisor", Supervisor)
 writer_key = web.AppKey("writer", Writer)
+#: sessions' turns in order (SPEC S4.3), for the service and the runners
+conversations_key = web.AppKey("conversations", Conversations)
 memory_key = web.AppKey("memory", MemoryWatch)  #: how full Redis is, as this replica last read it (SPEC S4.4)
 
 
@@ -153,6 +157,9 @@ def _redis_context(url: str | None) -> Context:
             slots_of(app[fleet_key].upstreams),
             affinity=_affinity(app, redis),
         )
+        app[conversations_key] = Conversations(
+            SessionStore(redis, retention_ms=config.runs_retention_ms), app[store_key], app[admission_key].enter
+        )
         board = BoardSettings.from_config(config)
         memory = app[memory_key] = MemoryWatch(redis, config.redis_memory_high)  # creates read its verdict
         app[writer_key] = Writer(app[store_key], app[clock_key], app[metrics_key], board)
@@ -166,6 +173,8 @@ def _redis_context(url: str | None) -> Context:
             fairness=FairnessSettings.from_config(config),
             client_of=app[fleet_key].client_or_first,
             memory=memory,
+            conversations=app[conversations_key],
+            session_history=config.runs_session_history,
         )
         await memory.start()
         yield
@@ -191,6 +200,7 @@ async def _driver_context(app: web.Application) -> AsyncIterator[None]:
         upstream=app[fleet_key].upstreams[0].name,
         fleet=app[fleet_key],
         affinity=_affinity(app, app[redis_key]),
+        conversations=app[conversations_key],
     )
     supervisor = Supervisor(app[redis_key], deps, concurrency=config.runs_concurrency)
     gate.wake = supervisor.ring

@@ -21,6 +21,7 @@ SECRET_BYTES = (24, 64)  #: the key length Standard Webhooks asks of a symmetric
 #: variables whose value never appears in an error message
 _HIDDEN = frozenset({"HERMES_API_KEY", "BOARD_SIGNING_SECRET"})
 FAIRNESS_DEFAULTS = ("session_key", "session_id", "none")  #: ADMISSION_FAIRNESS_DEFAULT (SPEC S4.2)
+MULTITASK = ("enqueue", "reject", "interrupt", "parallel")  #: RUNS_SESSION_MULTITASK, `scheduling.multitask` (S4.3)
 MAX_FAIRNESS_WEIGHT = 1_000.0
 
 
@@ -53,6 +54,9 @@ class Config:
     admission_fairness_weights: tuple[tuple[str, float], ...] = ()  #: weights per key, winning over a create's
     #: share of Redis's maxmemory past which creates answer 503, so accepted jobs keep room to finish (SPEC S4.4)
     redis_memory_high: float = 0.9
+    runs_session_multitask: str = "enqueue"  #: what a new turn of a busy session does (SPEC S4.3)
+    runs_session_history: bool = False  #: send a session's earlier completed turns to Hermes (SPEC S4.3)
+    runs_session_history_turns: int = 50  #: ... at most this many of the latest
     runs_concurrency: int = 64
     runs_hold_ms: int = 2_400_000
     runs_resubmit: int = 3
@@ -308,6 +312,9 @@ _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "ADMISSION_FAIRNESS_DEFAULT": ("admission_fairness_default", _choice(FAIRNESS_DEFAULTS)),
     "ADMISSION_FAIRNESS_WEIGHTS": ("admission_fairness_weights", _weights),
     "REDIS_MEMORY_HIGH": ("redis_memory_high", _share),
+    "RUNS_SESSION_MULTITASK": ("runs_session_multitask", _choice(MULTITASK)),
+    "RUNS_SESSION_HISTORY": ("runs_session_history", _boolean),
+    "RUNS_SESSION_HISTORY_TURNS": ("runs_session_history_turns", _integer(1)),
     "RUNS_CONCURRENCY": ("runs_concurrency", _integer(1)),
     "RUNS_HOLD": ("runs_hold_ms", _integer(0)),
     "RUNS_RESUBMIT": ("runs_resubmit", _integer(0)),

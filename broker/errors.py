@@ -60,6 +60,18 @@ class IdempotencyConflict(BrokerError):
         super().__init__("Idempotency-Key was already used with a different input or instructions", param=None)
 
 
+class SessionBusy(BrokerError):
+    """Raised when a turn with multitask `reject` finds an earlier turn of its session queued or live (SPEC S4.3)."""
+
+    status = 409
+    type = "invalid_request_error"
+    code = "session_busy"
+
+    def __init__(self, session_id: str, holder: str) -> None:
+        super().__init__(f"Session {session_id} is busy with {holder}", param="session_id")
+        self.holder = holder
+
+
 class Conflict(BrokerError):
     """Raised when a request is valid but the job is not in a state that allows it."""
 

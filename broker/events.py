@@ -37,6 +37,9 @@ class HoldReason(StrEnum):
     BUSY = "busy"  #: Hermes answered 429
     DRAINING = "draining"  #: Hermes answered 503 gateway_draining
     UNAVAILABLE = "unavailable"  #: refused, timeout, other 5xx, 401/403
+    #: an earlier turn of its session is queued or live (SPEC S4.3). Shown, never stored: derived on read from the
+    #: session's turns, so an older replica never reads a reason it does not know
+    SESSION = "session"
 
 
 @frozen
@@ -76,6 +79,9 @@ class Scheduling:
     priority: int = 3  #: 1 goes first
     fairness_key: str = ""  #: every job without a key shares the empty key
     fairness_weight: float = 1.0  #: each job advances its key's turn by 1/weight
+    #: what a turn does while an earlier job of its session is queued or live (SPEC S4.3): `enqueue`, `reject`,
+    #: `interrupt` or `parallel`. Stored jobs without it (created before S4.3) read as `parallel`, which they were.
+    multitask: str = "parallel"
 
 
 @frozen(kw_only=True)
@@ -94,6 +100,8 @@ class JobCreated:
     #: None: the create was not traced.
     traceparent: str | None = None
     scheduling: Scheduling = field(factory=Scheduling)  #: absent from events written before S4.2
+    #: the session's earlier completed turns go to Hermes as `conversation_history` (SPEC S4.3)
+    session_history: bool = False
 
 
 @frozen(kw_only=True)
@@ -176,6 +184,8 @@ class JobRerouted:
 class StopRequested:
     job_id: str
     at_ms: int
+    #: the later turn of its session that interrupted it (SPEC S4.3 `interrupt`); None: a caller's stop
+    superseded_by: str | None = None
 
 
 @frozen(kw_only=True)

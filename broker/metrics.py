@@ -28,7 +28,7 @@ class Metrics:
             "hbr_hermes_refused_creates", "Creates Hermes refused (this replica).", ["reason"], registry=r
         )
         #: creates answered without a job, by reason: `redis_memory` (past REDIS_MEMORY_HIGH), `outage` (a 503 of
-        #: an unreachable, failing-over or full Redis)
+        #: an unreachable, failing-over or full Redis), `session_busy` (a turn with multitask reject, SPEC S4.3)
         self.creates_not_taken = Counter("hbr_creates_refused", "Creates not taken, by reason.", ["reason"], registry=r)
         self.admission = {
             name: Gauge(f"hbr_admission_{name}", text, registry=r)
@@ -41,6 +41,7 @@ class Metrics:
                 ("refusing", "1 while Hermes refuses creates."),
                 ("probes", "Probes sent while Hermes refused (all replicas)."),
                 ("refused", "Creates Hermes refused (all replicas)."),
+                ("session_waiting", "Turns waiting for an earlier turn of their session (all replicas)."),
             )
         }
 

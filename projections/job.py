@@ -73,6 +73,7 @@ class JobView:
     unanswered_on: str | None = None
     stop_requested: bool = False
     denied_command: str | None = None
+    superseded_by: str | None = None  #: the later turn of its session that stopped it (SPEC S4.3 `interrupt`)
     output: str | None = None
     usage: str | None = None
     error_code: str | None = None
@@ -156,9 +157,16 @@ def _apply_live(view: JobView, event: JobEvent) -> JobView:
             )
         case JobRerouted(at_ms=at):
             return evolve(view, last_event="job.rerouted", unanswered_on=None, updated_at_ms=at)
-        case StopRequested(at_ms=at):
+        case StopRequested(at_ms=at, superseded_by=by):
             status = JobStatus.STOPPING if view.status in _ACTIVE else view.status
-            return evolve(view, status=status, stop_requested=True, last_event="job.stop_requested", updated_at_ms=at)
+            return evolve(
+                view,
+                status=status,
+                stop_requested=True,
+                superseded_by=by,
+                last_event="job.stop_requested",
+                updated_at_ms=at,
+            )
         case ApprovalDenied(command=command, at_ms=at):
             status = JobStatus.STOPPING if view.status in _ACTIVE else view.status
             return evolve(view, status=status, stop_requested=True, denied_command=command, updated_at_ms=at)

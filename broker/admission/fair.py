@@ -139,18 +139,24 @@ class SchedulingRequest:
     priority: int | None = None
     fairness_key: str | None = None
     fairness_weight: float | None = None
+    multitask: str | None = None
 
 
 @frozen(kw_only=True)
 class FairnessSettings:
-    """S2 `ADMISSION_FAIRNESS_DEFAULT` and `ADMISSION_FAIRNESS_WEIGHTS`."""
+    """S2 `ADMISSION_FAIRNESS_DEFAULT`, `ADMISSION_FAIRNESS_WEIGHTS` and `RUNS_SESSION_MULTITASK`."""
 
     default: str = "session_key"  #: session_key | session_id | none
     weights: Mapping[str, float] = field(factory=dict)
+    multitask: str = "enqueue"  #: a turn's `scheduling.multitask` when its create gives none (SPEC S4.3)
 
     @classmethod
     def from_config(cls, config: Config) -> FairnessSettings:
-        return cls(default=config.admission_fairness_default, weights=dict(config.admission_fairness_weights))
+        return cls(
+            default=config.admission_fairness_default,
+            weights=dict(config.admission_fairness_weights),
+            multitask=config.runs_session_multitask,
+        )
 
 
 def resolve(
@@ -163,7 +169,8 @@ def resolve(
         key = {"session_key": session_key, "session_id": session_id}.get(settings.default) or ""
     weight = settings.weights.get(key, request.fairness_weight if request.fairness_weight is not None else 1.0)
     priority = request.priority if request.priority is not None else DEFAULT_PRIORITY
-    return Scheduling(priority=priority, fairness_key=key, fairness_weight=float(weight))
+    multitask = request.multitask or settings.multitask
+    return Scheduling(priority=priority, fairness_key=key, fairness_weight=float(weight), multitask=multitask)
 
 
 Head = tuple[float, str, int]  #: (score, job, partition) of a line's head, as a pass merges them

@@ -61,6 +61,7 @@ class LineState:
     keys: tuple[fair.KeyLoad, ...] = ()  #: the fairness keys with the most waiting jobs
     #: every upstream's own figures, in HERMES_URL order (SPEC S10); the fields above are the first's
     upstreams: tuple[UpstreamFigures, ...] = ()
+    session_waiting: int = 0  #: turns waiting for an earlier turn of their session (SPEC S4.3)
     scheduled: int = 0  #: jobs in the due schedules: every job not finished, driven or waiting (with the lines)
 
     @property

@@ -109,11 +109,14 @@ class StopAnswer:
 Action = Done | Append | Queue | Submit | StopRun | Follow
 
 
-def next_action(view: JobView, now_ms: int, *, stop_sent: bool, admitted: bool, policy: Policy) -> Action:
+def next_action(
+    view: JobView, now_ms: int, *, stop_sent: bool, admitted: bool, policy: Policy, turn_since_ms: int = 0
+) -> Action:
     """What the owner of `view` does next.
 
     `stop_sent`: Hermes was already asked to stop this attempt; `admitted`: the owner holds an
-    admission slot for the job, so it may create its run (SPEC S4.1).
+    admission slot for the job, so it may create its run (SPEC S4.1); `turn_since_ms`: when the job's turn of its
+    session began (SPEC S4.3: the wait for it is not a hold RUNS_HOLD expires).
     """
     if view.status.terminal:
         return Done()
@@ -121,7 +124,7 @@ def next_action(view: JobView, now_ms: int, *, stop_sent: bool, admitted: bool, 
     if not accepted:
         if view.stop_requested:
             return Append((cancelled(view, now_ms),))  # Hermes is never called for a stopped waiting job
-        deadline = waiting_since(view) + policy.hold_ms
+        deadline = waiting_since(view, turn_since_ms) + policy.hold_ms
         if now_ms >= deadline:
             return Append((_hold_expired(view, now_ms, policy),))
         if not admitted:
@@ -157,6 +160,7 @@ def on_create(
     retry_at_ms: int,
     policy: Policy,
     upstream: str | None = None,
+    turn_since_ms: int = 0,
 ) -> list[JobEvent]:
     """Hermes (`upstream`, SPEC S10) answered the create of `attempt`; a refusal holds the job until the line's
     `retry_at_ms`."""
@@ -171,15 +175,16 @@ def on_create(
             return [finished(view, now_ms, JobStatus.FAILED, "hermes_rejected", message)]
     refused = refusal_of(outcome)
     assert refused is not None
-    if now_ms - waiting_since(view) >= policy.hold_ms:
+    waited_from = waiting_since(view, turn_since_ms)
+    if now_ms - waited_from >= policy.hold_ms:
         return [_hold_expired(view, now_ms, policy, refused.reason)]
-    since = waiting_since(view) if view.hold is None else None
+    since = waited_from if view.hold is None else None
     return [
         JobHeld(
             job_id=view.job_id,
             at_ms=now_ms,
             reason=refused.reason,
-            retry_at_ms=min(retry_at_ms, waiting_since(view) + policy.hold_ms),
+            retry_at_ms=min(retry_at_ms, waited_from + policy.hold_ms),
             attempt=attempt,
             detail=refused.detail,
             since_ms=since,
@@ -207,9 +212,10 @@ def on_stop(view: JobView, outcome: StopOutcome, now_ms: int) -> StopAnswer:
             return StopAnswer(retry=True)
 
 
-def waiting_since(view: JobView) -> int:
-    """When the job's current wait for Hermes began: its hold, else its (re)entry into the line."""
-    return view.hold.since_ms if view.hold is not None else view.updated_at_ms
+def waiting_since(view: JobView, turn_since_ms: int = 0) -> int:
+    """When the job's current wait for Hermes began: its hold, else its (re)entry into the line, and not before its
+    turn of its session began (`turn_since_ms`, SPEC S4.3)."""
+    return max(view.hold.since_ms if view.hold is not None else view.updated_at_ms, turn_since_ms)
 
 
 def backoff_ms(failures: int, jitter: float, policy: Policy) -> int:

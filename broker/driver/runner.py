@@ -27,6 +27,7 @@ from broker.events import JobCreated, JobEvent, JobRerouted
 from broker.hermes.client import HermesClient
 from broker.hermes.fleet import Fleet
 from broker.hermes.models import Accepted, HermesEvent, HermesRun, NotFound
+from broker.jobs.conversation import Conversations, recheck_at, waits
 from broker.jobs.policy import Policy
 from broker.jobs.writer import Writer
 from broker.logging import get_logger
@@ -44,6 +45,7 @@ class Ending(StrEnum):
     QUEUED = "queued"  #: waiting in the admission line; the schedule wakes it when its hold expires
     PARKED = "parked"  #: the runner failed; the schedule retries the job soon
     LOST = "lost"  #: another replica owns the lease now
+    PARKED_FOR_SESSION = "session"  #: an earlier turn of its session holds it (SPEC S4.3): out of the line until then
 
 
 @define(kw_only=True)
@@ -62,6 +64,7 @@ class Deps:
     upstream: str | None = None  #: the first upstream's name (SPEC S10): `hermes` talks to it
     fleet: Fleet | None = None  #: every upstream's client (SPEC S10); None: `hermes` only
     affinity: Affinity | None = None  #: where sessions' jobs go (SPEC S10); None: no affinity kept
+    conversations: Conversations | None = None  #: sessions' turns in order (SPEC S4.3); None: not ordered
 
     def client(self, upstream: str | None) -> HermesClient:
         """The Hermes client of `upstream` (the first's for None or an unknown name)."""
@@ -82,8 +85,12 @@ class Runner:
         created: str | None = None,
         upstream: str | None = None,
         moved: tuple[str, str] | None = None,
+        place: str | None = None,
     ) -> None:
         self.job_id = job_id
+        self._place = place  #: where the job was in the line when granted (None: not granted from it)
+        self._turn_since = 0  #: when its turn of its session began (SPEC S4.3)
+        self.recheck_at: int | None = None  #: set when it ends PARKED_FOR_SESSION: when it looks again
         self.token = token
         self.has_slot = admitted  #: this runner holds the job's admission slot
         #: the upstream whose admission slot it holds (SPEC S10): granted, or its live run's on a takeover
@@ -126,12 +133,19 @@ class Runner:
         if snapshot is None:
             return Ending.FINISHED
         await self._announce(snapshot.view)
+        if not await self._holds_session(snapshot.view):
+            return Ending.PARKED_FOR_SESSION
         while True:
             view = self.view = snapshot.view
             now = self._deps.clock.now_ms()
             stop_sent = self._stop_sent_attempt == view.attempt
             action = decide.next_action(
-                view, now, stop_sent=stop_sent, admitted=self.has_slot, policy=self._deps.policy
+                view,
+                now,
+                stop_sent=stop_sent,
+                admitted=self.has_slot,
+                policy=self._deps.policy,
+                turn_since_ms=self._turn_since,
             )
             match action:
                 case Done():
@@ -140,6 +154,8 @@ class Runner:
                         await self._deps.gate.release(self.job_id, freed=self.ran, upstream=self.slot_upstream)
                         self.has_slot = False
                     await self._remember_session(view)  # RUNS_RETENTION after its last job
+                    if self._deps.conversations is not None:  # the next turn of its session goes now
+                        await self._deps.conversations.ended(view, self._deps.clock.now_ms())
                     return Ending.FINISHED
                 case Append(events=events):
                     snapshot = await self._append_decided(snapshot, list(events))
@@ -154,13 +170,29 @@ class Runner:
                     with self._follow_span.within(action.attempt, action.hermes_run_id):
                         snapshot = await self._follow(snapshot, action)
 
+    async def _holds_session(self, view: JobView) -> bool:
+        """A turn of an ordered session asks Hermes only while it holds its session (SPEC S4.3); one that does not
+        is parked, out of the line, and its slot (if granted one) goes back."""
+        conversations = self._deps.conversations
+        if conversations is None or not waits(view):
+            return True
+        now = self._deps.clock.now_ms()
+        turn = await conversations.check(view, now, self._place or line_place(view))
+        if turn.holds:
+            self._turn_since = turn.since_ms
+            return True
+        self.view = view
+        self.recheck_at = recheck_at(turn, now)
+        self._log.debug("A turn waits for its session.", extra={"job": self.job_id, "holder": turn.holder})
+        return False
+
     async def _submit(self, snapshot: Snapshot, action: Submit) -> Snapshot:
         if self._moved is not None and self.slot_upstream is not None:
             snapshot = await self._rerouted(snapshot, self.slot_upstream, *self._moved)
             self._moved = None
         view, deps = snapshot.view, self._deps
         body = (await self._created()).body
-        since = decide.waiting_since(view)
+        since = decide.waiting_since(view, self._turn_since)
         hold = view.hold.reason.value if view.hold is not None else None
         tracing.start(
             tracing.ADMISSION, start_ms=since, attributes={tracing.ATTEMPT: action.attempt, "job.hold": hold}
@@ -190,6 +222,7 @@ class Runner:
                 retry_at_ms=retry_at,
                 policy=policy,
                 upstream=self.slot_upstream or deps.upstream,
+                turn_since_ms=self._turn_since,
             ),
         )
         if isinstance(outcome, Accepted):

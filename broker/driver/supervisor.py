@@ -167,6 +167,7 @@ class Supervisor:
                     created=grant.created,
                     upstream=grant.upstream,
                     moved=(grant.moved_from, grant.moved_because or "") if grant.moved_from else None,
+                    place=grant.place,
                 )
 
     async def _claim(self, job_id: str) -> bool:
@@ -190,6 +191,7 @@ class Supervisor:
         created: str | None = None,
         upstream: str | None = None,
         moved: tuple[str, str] | None = None,
+        place: str | None = None,
     ) -> None:
         self._log.debug("Acquired a run lease.", extra={"job": job_id, "replica": self.replica})
         runner = Runner(
@@ -201,6 +203,7 @@ class Supervisor:
             created=created,
             upstream=upstream,
             moved=moved,
+            place=place,
         )
         task = asyncio.create_task(self._run(runner), name=f"runner-{job_id}")
         self._runners[job_id] = (runner, task)
@@ -240,7 +243,11 @@ class Supervisor:
             return
         job_id, gate = runner.job_id, self._deps.gate
         try:
-            if ending is Ending.QUEUED and runner.queued is not None:
+            if ending is Ending.PARKED_FOR_SESSION:  # out of the line until its turn; its slot goes to the next job
+                if runner.has_slot:
+                    await gate.release(job_id, freed=False, upstream=runner.slot_upstream)
+                due_at = runner.recheck_at
+            elif ending is Ending.QUEUED and runner.queued is not None:
                 await gate.enter(job_id, runner.queued.place)  # normally there already (jobs of an older broker)
                 due_at = runner.queued.deadline_ms  # woken then to expire, unless granted before
             elif runner.has_slot and ending is Ending.FINISHED:

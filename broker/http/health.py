@@ -87,6 +87,7 @@ async def _admission(app: web.Application, *, fresh: bool) -> tuple[dict[str, ob
         ("refusing", int(line.refusing is not None)),
         ("probes", line.probes),
         ("refused", line.refused),
+        ("session_waiting", line.session_waiting),
     ):
         gauges[name].set(value)
     for priority, count in enumerate(line.by_priority, start=1):
@@ -117,6 +118,7 @@ async def _admission(app: web.Application, *, fresh: bool) -> tuple[dict[str, ob
         "refused": line.refused,
         "waiting_by_priority": {str(priority): count for priority, count in enumerate(line.by_priority, start=1)},
         "waiting_ahead": line.ahead,  # resubmits, and first attempts an older broker placed
+        "session_waiting": line.session_waiting,  # turns waiting for an earlier turn of their session (S4.3)
         "top_keys": [{"key": load.key, "waiting": load.waiting, "weight": load.weight} for load in line.keys],
         # each upstream's own admission (SPEC S10); the fields above are the first upstream's
         "upstreams": [_upstream(upstream) for upstream in line.upstreams],

@@ -17,6 +17,7 @@ HOLD_DETAILS = {
     HoldReason.BUSY: "Hermes is at capacity.",
     HoldReason.DRAINING: "Hermes is draining.",
     HoldReason.UNAVAILABLE: "Hermes is unavailable.",
+    HoldReason.SESSION: "An earlier turn of its session runs.",
 }
 
 
@@ -58,6 +59,7 @@ def job_object(view: JobView, default_upstream: str | None = None) -> dict[str, 
         "priority": scheduling.priority,
         "fairness_key": scheduling.fairness_key,
         "fairness_weight": scheduling.fairness_weight,
+        "multitask": scheduling.multitask,
     }
     document["upstream"] = view.upstream or (default_upstream if view.attempts else None)
     if view.dropped_deltas:

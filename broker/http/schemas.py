@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from broker.admission.fair import PRIORITIES, SchedulingRequest
-from broker.config import MAX_FAIRNESS_WEIGHT
+from broker.config import MAX_FAIRNESS_WEIGHT, MULTITASK
 from broker.errors import InvalidRequest
 from broker.events import Context, Link, Reporting
 from broker.ids import fingerprint
@@ -36,6 +36,8 @@ def parse_create(raw: bytes, headers: Mapping[str, str]) -> CreateRun:
     session_key = parse_session_key(headers.get("X-Hermes-Session-Key"))
     payload = _json_object(raw)
     body = _execution_body(payload)
+    scheduling = parse_scheduling(payload["scheduling"]) if "scheduling" in payload else SchedulingRequest()
+    history = parse_session_history(payload.get("session_history"), body, scheduling)
     return CreateRun(
         body=orjson.dumps(body),
         fingerprint=fingerprint(body["input"], body.get("instructions")),
@@ -45,7 +47,8 @@ def parse_create(raw: bytes, headers: Mapping[str, str]) -> CreateRun:
         model=body.get("model"),
         context=parse_context(payload.get("context")) if "context" in payload else None,
         reporting=parse_reporting(payload.get("reporting")) if "reporting" in payload else Reporting(),
-        scheduling=parse_scheduling(payload["scheduling"]) if "scheduling" in payload else SchedulingRequest(),
+        scheduling=scheduling,
+        session_history=history,
     )
 
 
@@ -218,6 +221,30 @@ def parse_reporting(value: Any) -> Reporting:
     return Reporting(**flags)
 
 
+def parse_session_history(value: Any, body: Mapping[str, Any], scheduling: SchedulingRequest) -> bool | None:
+    """`session_history` (SPEC S4.3): a boolean; `true` needs a `session_id` and a turn that waits its turn
+    (`enqueue`; a create that names no multitask is checked against the default when the job is made), and takes
+    the place of the caller's own history."""
+    if value is None:
+        return None
+    if not isinstance(value, bool):
+        raise InvalidRequest("invalid_field", "session_history must be a boolean", param="session_history")
+    if not value:
+        return False
+    if "session_id" not in body:
+        raise _history_conflict("session_history needs a session_id")
+    if scheduling.multitask not in (None, "enqueue"):
+        raise _history_conflict("session_history needs scheduling.multitask enqueue")
+    for name in ("conversation_history", "previous_response_id"):
+        if name in body:
+            raise _history_conflict(f"session_history cannot be combined with {name}")
+    return True
+
+
+def _history_conflict(message: str) -> InvalidRequest:
+    return InvalidRequest("invalid_field", message, param="session_history")
+
+
 def parse_scheduling(value: Any) -> SchedulingRequest:
     """`scheduling` (SPEC S4.2): null counts as a wrong value, anywhere; unknown fields inside are ignored."""
     if not isinstance(value, dict):
@@ -237,8 +264,14 @@ def parse_scheduling(value: Any) -> SchedulingRequest:
         not isinstance(weight, int | float) or isinstance(weight, bool) or not 0 < weight <= MAX_FAIRNESS_WEIGHT
     ):  # NaN fails the comparison
         raise _scheduling("scheduling.fairness_weight", "must be a number greater than 0 and at most 1000")
+    multitask = value.get("multitask")
+    if "multitask" in value and multitask not in MULTITASK:
+        raise _scheduling("scheduling.multitask", "must be one of enqueue, reject, interrupt, parallel")
     return SchedulingRequest(
-        priority=priority, fairness_key=key, fairness_weight=None if weight is None else float(weight)
+        priority=priority,
+        fairness_key=key,
+        fairness_weight=None if weight is None else float(weight),
+        multitask=multitask,
     )
 
 

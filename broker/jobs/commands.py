@@ -24,6 +24,8 @@ class CreateRun:
     context: Context | None
     reporting: Reporting
     scheduling: SchedulingRequest = field(factory=SchedulingRequest)  #: as given; resolved by the service (SPEC S4.2)
+    #: `session_history` as given (SPEC S4.3); None: not given, RUNS_SESSION_HISTORY decides where it can apply
+    session_history: bool | None = None
 
 
 @frozen

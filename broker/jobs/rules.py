@@ -6,11 +6,12 @@ from broker.events import JobEvent, JobFinished, JobStatus, StopRequested
 from projections.job import JobView, apply
 
 
-def on_stop_request(view: JobView, now_ms: int) -> list[JobEvent]:
-    """A caller asked to stop the job (SPEC S3.4): record it; a job with no live Hermes run ends at once."""
+def on_stop_request(view: JobView, now_ms: int, *, superseded_by: str | None = None) -> list[JobEvent]:
+    """A caller asked to stop the job (SPEC S3.4), or a later turn of its session interrupted it (`superseded_by`,
+    S4.3): record it; a job with no live Hermes run ends at once."""
     if view.status.terminal or view.stop_requested:
         return []
-    stop = StopRequested(job_id=view.job_id, at_ms=now_ms)
+    stop = StopRequested(job_id=view.job_id, at_ms=now_ms, superseded_by=superseded_by)
     after = apply(view, stop)
     assert after is not None
     if after.accepted_attempt == after.attempt and after.hermes_run_id is not None:
@@ -22,6 +23,9 @@ def cancelled(view: JobView, now_ms: int) -> JobEvent:
     """How a stop ends a job: `cancelled` with `stopped`, or `approval_denied` when a denied approval stopped it."""
     if view.denied_command is not None:
         return finished(view, now_ms, JobStatus.CANCELLED, "approval_denied", view.denied_command)
+    if view.superseded_by is not None:
+        message = f"A later turn of its session interrupted it: {view.superseded_by}."
+        return finished(view, now_ms, JobStatus.CANCELLED, "superseded", message)
     return finished(view, now_ms, JobStatus.CANCELLED, "stopped", "The job was stopped by request.")
 
 

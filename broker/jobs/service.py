@@ -12,7 +12,15 @@ from broker import tracing
 from broker.admission.fair import FairnessSettings, resolve
 from broker.admission.state import shown_hold
 from broker.clock import Clock
-from broker.errors import Conflict, IdempotencyConflict, JobNotFound, RedisNearlyFull, Unavailable
+from broker.errors import (
+    Conflict,
+    IdempotencyConflict,
+    InvalidRequest,
+    JobNotFound,
+    RedisNearlyFull,
+    SessionBusy,
+    Unavailable,
+)
 from broker.events import ApprovalDenied, JobCreated, JobEvent
 from broker.hermes.client import HermesClient
 from broker.hermes.fleet import ClientOf
@@ -20,6 +28,7 @@ from broker.hermes.models import Relayed
 from broker.ids import job_id_for_key, new_job_id
 from broker.jobs import rules
 from broker.jobs.commands import ApprovalChoice, CreateRun
+from broker.jobs.conversation import Conversations, ordered, session_hold
 from broker.jobs.memory_watch import MemoryWatch
 from broker.jobs.writer import Writer
 from broker.logging import get_logger
@@ -28,7 +37,7 @@ from broker.store import signals
 from broker.store.admission import AdmissionStore
 from broker.store.jobs import Snapshot
 from broker.store.outage import is_outage
-from projections.job import JobView
+from projections.job import Hold, JobView
 
 
 @frozen
@@ -52,8 +61,12 @@ class JobService:
         fairness: FairnessSettings | None = None,
         client_of: ClientOf | None = None,
         memory: MemoryWatch | None = None,
+        conversations: Conversations | None = None,
+        session_history: bool = False,
     ) -> None:
         self._writer = writer
+        self._conversations = conversations  #: sessions' turns in order (SPEC S4.3); None: every turn in parallel
+        self._session_history = session_history  #: RUNS_SESSION_HISTORY
         self._memory = memory
         self._fairness = fairness or FairnessSettings()
         self._admission = admission
@@ -71,6 +84,16 @@ class JobService:
         key = request.idempotency_key
         if self._memory is not None and not self._memory.admit(len(request.body)):
             return await self._replay_only(request)
+        scheduling = resolve(
+            request.scheduling,
+            session_key=request.session_key,
+            session_id=request.session_id,
+            settings=self._fairness,
+        )
+        if self._conversations is None:
+            scheduling = evolve(scheduling, multitask="parallel")
+        elif scheduling.multitask == "reject" and request.session_id is not None:
+            await self._reject_if_busy(request, request.session_id)
         event = JobCreated(
             job_id=job_id_for_key(key) if key else new_job_id(),
             at_ms=self._clock.now_ms(),
@@ -83,12 +106,8 @@ class JobService:
             context=request.context,
             reporting=request.reporting,
             traceparent=traceparent,
-            scheduling=resolve(
-                request.scheduling,
-                session_key=request.session_key,
-                session_id=request.session_id,
-                settings=self._fairness,
-            ),
+            scheduling=scheduling,
+            session_history=self._history(request, scheduling.multitask),
         )
         try:
             outcome = await self._writer.create(event)
@@ -96,11 +115,57 @@ class JobService:
             if is_outage(error):  # answered 503 by the error middleware (a full Redis too: OOM)
                 self._metrics.creates_not_taken.labels("outage").inc()
             raise
+        view = outcome.snapshot.view
+        if self._conversations is not None and ordered(view):  # a replay too: its create may have died before this
+            await self._conversations.join(view, event.at_ms)
+            if outcome.created and view.scheduling.multitask == "interrupt":
+                await self._interrupt(view)
         if outcome.created:
             self._metrics.jobs_created.inc()
             self._log.info("Created a job.", extra={"job": event.job_id, "idempotent": key is not None})
             return CreateResult(outcome.snapshot.view, replayed=False)
         return self._replayed(outcome.snapshot.view, request)
+
+    def _history(self, request: CreateRun, multitask: str) -> bool:
+        """Whether the job's runs get its session's earlier turns (SPEC S4.3): as the create asked (its conflicts
+        answered 400 already), else RUNS_SESSION_HISTORY where it can apply."""
+        if request.session_history is not None:
+            if request.session_history and multitask != "enqueue":
+                raise InvalidRequest(
+                    "invalid_field", "session_history needs scheduling.multitask enqueue", param="session_history"
+                )
+            return request.session_history
+        if not self._session_history or multitask != "enqueue" or request.session_id is None:
+            return False
+        body = orjson.loads(request.body)
+        return "conversation_history" not in body and "previous_response_id" not in body
+
+    async def _reject_if_busy(self, request: CreateRun, session_id: str) -> None:
+        """multitask `reject` (SPEC S4.3): 409 while an earlier turn of the session is queued or live; a replay of
+        an accepted Idempotency-Key is still answered with its job."""
+        assert self._conversations is not None
+        key = request.idempotency_key
+        if key is not None and await self._writer.store.load(job_id_for_key(key)) is not None:
+            return
+        holder = await self._conversations.holder(session_id, self._clock.now_ms())
+        if holder is not None:
+            self._metrics.creates_not_taken.labels("session_busy").inc()
+            raise SessionBusy(session_id, holder)
+
+    async def _interrupt(self, view: JobView) -> None:
+        """multitask `interrupt` (SPEC S4.3): the session's earlier turns are stopped, ending `superseded`; the new
+        turn runs once they settled (it holds the session after them)."""
+        assert self._conversations is not None
+        now, later = self._clock.now_ms(), view.job_id
+
+        def superseded(earlier: JobView) -> list[JobEvent]:
+            return rules.on_stop_request(earlier, now, superseded_by=later)
+
+        for earlier in await self._conversations.ahead_of(view):
+            try:
+                await self._stopped(earlier, superseded)
+            except JobNotFound:  # expired: released by the next check
+                continue
 
     async def _replay_only(self, request: CreateRun) -> CreateResult:
         """Redis is nearly full: no new job, but the job an Idempotency-Key already claimed is still answered
@@ -135,13 +200,21 @@ class JobService:
         if self._admission is None or not any(map(_waiting, views)):
             return list(views)
         now = self._clock.now_ms()
-        line = await self._admission.state(now, lines=False)
         waiting = [view for view in views if _waiting(view)]
-        needs = dict(zip((view.job_id for view in waiting), await self._admission.needs(waiting), strict=True))
-        return [
-            evolve(view, hold=shown_hold(view, line, now, needs[view.job_id])) if view.job_id in needs else view
-            for view in views
-        ]
+        holders = await self._conversations.holders(waiting) if self._conversations is not None else {}
+        held: dict[str, Hold | None] = {
+            view.job_id: session_hold(view, holder, now)
+            for view in waiting
+            if ordered(view) and (holder := holders.get(view.session_id or "")) is not None and holder != view.job_id
+        }
+        waiting = [view for view in waiting if view.job_id not in held]
+        if waiting:
+            line = await self._admission.state(now, lines=False)
+            needs = await self._admission.needs(waiting)
+            held.update(
+                (view.job_id, shown_hold(view, line, now, need)) for view, need in zip(waiting, needs, strict=True)
+            )
+        return [evolve(view, hold=held[view.job_id]) if view.job_id in held else view for view in views]
 
     async def stop(self, job_id: str, *, caller: str | None = None) -> JobView:
         """Record the stop first; a job with no live Hermes run is cancelled at once, others by their owner.
@@ -150,9 +223,16 @@ class JobService:
         now = self._clock.now_ms()
         span = await self._span(tracing.STOP, job_id, caller)
         with span, span.current():
-            view = await self._record(job_id, lambda view: rules.on_stop_request(view, now))
+            view = await self._stopped(job_id, lambda view: rules.on_stop_request(view, now))
             span.set(tracing.STATUS, view.status.value)
             return view
+
+    async def _stopped(self, job_id: str, facts: Callable[[JobView], list[JobEvent]]) -> JobView:
+        """Record a stop; a waiting turn that ended with it hands its session on (SPEC S4.3)."""
+        view = await self._record(job_id, facts)
+        if self._conversations is not None and view.status.terminal:
+            await self._conversations.ended(view, self._clock.now_ms())
+        return view
 
     async def approve(
         self, job_id: str, choice: ApprovalChoice, *, caller: str | None = None

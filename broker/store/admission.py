@@ -163,7 +163,7 @@ class AdmissionStore:
                 self._park(job_id, need.bound)
             # a job that waits for its busy upstream is driven without a slot: its runner puts it back in line
             grants.append(
-                Grant(job_id, lease_token, stored, created, choice.upstream, choice.moved_from, choice.reason)
+                Grant(job_id, lease_token, stored, created, choice.upstream, choice.moved_from, choice.reason, place)
             )
         granted = [float(place) for jobs in routed.values() for _, place in jobs]
         room = sum(a.standing.limit for a in answers)

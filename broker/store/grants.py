@@ -14,6 +14,7 @@ class Grant:
     upstream: str | None = None  #: the upstream whose slot it holds (SPEC S10); None: it waits, without a slot
     moved_from: str | None = None  #: the upstream it was bound to, down too long (SPEC S10)
     moved_because: str | None = None  #: why it moved (`job.rerouted` reason)
+    place: str | None = None  #: its score in the line when claimed (a turn that waits for its session keeps it)
 
 
 @frozen

@@ -40,6 +40,14 @@ hbr:{pN}:deltas              zset    finished job id -> when its deltas are remo
 hbr:{pN}:affinity:<S>        string  the upstream that ran session S's last job         RUNS_RETENTION from its
                                      (SPEC S10); pN = `session_partition(S)`           last job's acceptance and
                                                                                        end; driver
+hbr:{pN}:session-turns:<S>   zset    session S's unfinished turns in order (SPEC S4.3)  RUNS_RETENTION from its
+                                     -> their place in it; the first holds the session  last write; create,
+                                     (pN = `session_partition(S)`, as every session key) runner, stop
+hbr:{pN}:session-state:<S>   hash    `since`: when the first turn got the session;      as session-turns
+                                     `p:<J>`: where a turn that waits for it left the
+                                     line (it is out of the line until its turn)
+hbr:{pN}:sessions            hash    `waiting`: the partition's turns waiting for       none; as session-turns
+                                     their session (SPEC S4.3: /readyz)
 hbr:{pN}:scratch             stream  a job stream's compacted copy, renamed over it    exists only inside a job write
 hbr:{pN}:J:compact           stream  the job's stream without its deltas, built in     the events' TTL; the delta
                                      slices (S3.6); its last id is how far the slices   sweep, copied over the
@@ -239,6 +247,21 @@ def session_partition(session_id: str) -> int:
 def affinity(session_id: str) -> str:
     """The upstream a session's jobs go to (SPEC S10): one key per session, one slot per write, a TTL for retention."""
     return f"{_tag(session_partition(session_id))}:affinity:{session_id}"
+
+
+def session_turns(session_id: str) -> str:
+    """A session's unfinished turns in order (SPEC S4.3): the first holds the session."""
+    return f"{_tag(session_partition(session_id))}:session-turns:{session_id}"
+
+
+def session_state(session_id: str) -> str:
+    """When a session's first turn got it, and where its waiting turns left the line (SPEC S4.3)."""
+    return f"{_tag(session_partition(session_id))}:session-state:{session_id}"
+
+
+def sessions(partition: int) -> str:
+    """How many turns of the partition's sessions wait for their session (SPEC S4.3)."""
+    return f"{_tag(partition)}:sessions"
 
 
 def board_outbox(partition: int) -> str:

@@ -72,6 +72,7 @@ async def read_line_state(
         keys=tuple(loads),
         upstreams=tuple(shares),
         scheduled=sum(part.due for part in parts),
+        session_waiting=sum(part.sessions for part in parts),
     )
 
 
@@ -83,14 +84,19 @@ class _Partition:
     due: int
     oldest: float | None
     listed: Listed
+    sessions: int = 0  #: turns waiting for their session (SPEC S4.3)
 
 
 def _partition(reply: list[str]) -> _Partition:
     ranges = 1 + len(fair.PRIORITIES)
-    counts, (due, oldest, complete), listed = reply[:ranges], reply[ranges : ranges + 3], reply[ranges + 3 :]
+    counts, (due, oldest, sessions, complete), listed = reply[:ranges], reply[ranges : ranges + 4], reply[ranges + 4 :]
     entries = tuple((listed[i], int(listed[i + 1]), float(listed[i + 2] or 1.0)) for i in range(0, len(listed) - 2, 3))
     return _Partition(
-        [int(c) for c in counts], int(due), float(oldest) if oldest else None, Listed(entries, complete == "1")
+        [int(c) for c in counts],
+        int(due),
+        float(oldest) if oldest else None,
+        Listed(entries, complete == "1"),
+        max(int(sessions), 0),
     )
 
 
@@ -155,6 +161,7 @@ def _figure_keys(partition: int) -> tuple[str, ...]:
         keys.fair_top(partition),
         keys.runs_index(partition, JobStatus.QUEUED.value),
         keys.due(partition),
+        keys.sessions(partition),
     )
 
 

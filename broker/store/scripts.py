@@ -51,6 +51,8 @@ NAMES = (
     "reindex_job",
     "upstream_heard",
     "upstream_probe",
+    "session_turn",
+    "session_release",
 )
 
 
@@ -90,6 +92,8 @@ class Scripts:
         self.upstream_probe: AsyncScript = redis.register_script(source("upstream_probe"))
         self.fair_top_repair: AsyncScript = redis.register_script(source("fair_top_repair"))
         self.line_figures: AsyncScript = redis.register_script(source("line_figures"))
+        self.session_turn: AsyncScript = redis.register_script(source("session_turn"))
+        self.session_release: AsyncScript = redis.register_script(source("session_release"))
 
     async def run(
         self,

@@ -5,10 +5,11 @@
 -- are read back from the hash: the hash is what every broker version counts in, the zset only orders (a key the
 -- hash no longer has is left out). Reads only.
 -- KEYS[1] partition line zset   KEYS[2] partition fair hash   KEYS[3] partition fair top zset
--- KEYS[4] partition listing index of queued jobs   KEYS[5] partition due zset   (one slot: {pN})
+-- KEYS[4] partition listing index of queued jobs   KEYS[5] partition due zset
+-- KEYS[6] partition sessions hash (its `waiting`: turns waiting for their session, SPEC S4.3)   (one slot: {pN})
 -- ARGV[1] most keys listed   ARGV[2..] min, max score pairs of the line to count (ahead, then each band)
--- Returns {count per pair..., due jobs, oldest queued score or '', complete (1: every key of the hash is
--- listed), key, count, weight, ...}
+-- Returns {count per pair..., due jobs, oldest queued score or '', turns waiting for their session, complete (1:
+-- every key of the hash is listed), key, count, weight, ...}
 local reply = {}
 for i = 2, #ARGV, 2 do
   reply[#reply + 1] = redis.call('ZCOUNT', KEYS[1], ARGV[i], ARGV[i + 1])
@@ -16,6 +17,7 @@ end
 reply[#reply + 1] = redis.call('ZCARD', KEYS[5])
 local oldest = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
 reply[#reply + 1] = oldest[2] or ''
+reply[#reply + 1] = tonumber(redis.call('HGET', KEYS[6], 'waiting') or '0')
 local most = tonumber(ARGV[1])
 if redis.call('HLEN', KEYS[2]) <= 2 * most then
   reply[#reply + 1] = 1

@@ -85,7 +85,7 @@ async def test_a_create_answers_a_queued_job_object(client: TestClient[Any, Any]
     assert job["upstream"] is None
     assert (job["session_id"], job["model"]) == (None, "hermes-agent")
     assert job["reporting"] == {"board": True, "post": True}
-    assert job["scheduling"] == {"priority": 3, "fairness_key": "", "fairness_weight": 1.0}
+    assert job["scheduling"] == {"priority": 3, "fairness_key": "", "fairness_weight": 1.0, "multitask": "enqueue"}
     assert isinstance(job["created_at"], float) and isinstance(job["updated_at"], float)
     assert before - 1 <= job["created_at"] == job["updated_at"] <= time.time() + 1
 
@@ -293,8 +293,12 @@ async def test_a_legacy_job_keeps_both_flags_and_a_replay_adds_no_context(
     # When it is polled, and replayed with context and reporting
     polled = await (await client.get(f"/v1/runs/{job_id}")).json()
     again = await _create(client, {"input": "x", "context": CONTEXT, "reporting": {"board": False}}, "k-legacy")
-    # Then both flags are true and no context was added
+    # Then both flags are true and no context was added; its turns were never ordered (SPEC S4.3 came later)
     assert polled["reporting"] == again["reporting"] == {"board": True, "post": True}
-    assert polled["scheduling"] == again["scheduling"] == {"priority": 3, "fairness_key": "", "fairness_weight": 1.0}
+    assert (
+        polled["scheduling"]
+        == again["scheduling"]
+        == {"priority": 3, "fairness_key": "", "fairness_weight": 1.0, "multitask": "parallel"}
+    )
     assert "context" not in polled and "context" not in again
     assert again["replayed"] is True

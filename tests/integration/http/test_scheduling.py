@@ -18,7 +18,7 @@ from tests.integration.conftest import ClientFactory
 pytestmark = BOTH_BACKENDS
 
 Client = TestClient[Any, Any]
-DEFAULT = {"priority": 3, "fairness_key": "", "fairness_weight": 1.0}
+DEFAULT = {"priority": 3, "fairness_key": "", "fairness_weight": 1.0, "multitask": "enqueue"}
 
 
 async def create(client: Client, body: dict[str, Any], **headers: str) -> dict[str, Any]:
@@ -33,7 +33,12 @@ async def test_scheduling_is_stored_resolved_and_shown_but_never_forwarded(clien
     body = {"input": "x", "scheduling": {"priority": 1, "fairness_key": "team-a", "fairness_weight": 2, "x": 1}}
     job = await create(client, body, **{"X-Hermes-Session-Key": "user-7"})
     # Then the job shows them resolved (the weight a number), the poll and the listing too
-    assert job["scheduling"] == {"priority": 1, "fairness_key": "team-a", "fairness_weight": 2.0}
+    assert job["scheduling"] == {
+        "priority": 1,
+        "fairness_key": "team-a",
+        "fairness_weight": 2.0,
+        "multitask": "enqueue",
+    }
     polled = await (await client.get(f"/v1/runs/{job['run_id']}")).json()
     assert polled["scheduling"] == job["scheduling"]
     listed = (await (await client.get("/v1/runs")).json())["data"]

@@ -33,6 +33,7 @@ from broker.store.leases import Leases
 from broker.store.listing import IndexRepair, Listing
 from broker.store.rebuild import RebuildStore, Replacement
 from broker.store.scripts import NAMES, source
+from broker.store.sessions import SessionStore
 from broker.store.upstream_admission import slots_of
 from broker.upstreams import build
 from broker.upstreams.health import Heard
@@ -302,6 +303,13 @@ async def _list_one_status(redis: Redis) -> object:
     return await Listing(redis, retention_ms=60_000).page([JobStatus.QUEUED], 10, None, 2_000)
 
 
+async def _session_turns(redis: Redis) -> object:
+    store = SessionStore(redis, retention_ms=60_000)
+    await store.join("s-1", JOB, 1_000)
+    await store.check("s-1", "job_2", 1_001, "5")
+    return await store.release("s-1", JOB, 1_002)
+
+
 SINGLE_SLOT: list[tuple[str, Operation]] = [
     ("append_events (create)", _create),
     ("append_events (append with board and due)", _append),
@@ -334,6 +342,7 @@ SINGLE_SLOT: list[tuple[str, Operation]] = [
     ("reindex_job", _reindex),
     ("listing read of one status", _list_one_status),
     ("listing read over two statuses", _list_statuses),
+    ("session_turn + session_release (a session's turns, SPEC S4.3)", _session_turns),
 ]
 
 #: The scripts each operation above runs (every script of the store must be covered).
@@ -342,7 +351,8 @@ COVERED = {
     "admission_claim", "admission_grant", "admission_accepted", "admission_refused", "admission_release",
     "admission_requeue", "admission_enter", "admission_fair_clear", "admission_ties", "fair_turn",
     "replace_view", "remove_deltas", "board_ack", "board_promote", "release_lock",
-    "reindex_job", "upstream_heard", "upstream_probe", "line_figures", "fair_top_repair",
+    "reindex_job", "upstream_heard", "upstream_probe", "line_figures", "fair_top_repair", "session_turn",
+    "session_release",
 }  # fmt: skip
 
 
