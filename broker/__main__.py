@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from broker import cli, tracing
 from broker import logging as broker_logging
-from broker import tracing
 from broker.app import create_app, drain
 from broker.config import Config
 from broker.errors import CannotListen, ConfigError, LegacyLayout
@@ -24,7 +24,8 @@ from broker.store.embedded import EmbeddedRedis
 SHUTDOWN_TAIL_S = 1.0  #: what SHUTDOWN_GRACE keeps for closing the server after in-flight requests
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    cli.parse(sys.argv[1:] if argv is None else argv)  # --help, --version: exit here, nothing started
     try:
         config = Config.from_env(os.environ)
     except ConfigError as error:
