@@ -16,6 +16,7 @@ from broker import cli, tracing
 from broker import logging as broker_logging
 from broker.app import create_app, drain
 from broker.config import Config
+from broker.config_report import log_configuration
 from broker.errors import CannotListen, ConfigError, LegacyLayout
 from broker.http.appkeys import inflight_key
 from broker.logging import get_logger
@@ -33,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     broker_logging.configure(config.log_level, config.log_format)
     _start_tracing(config)
+    log_configuration(config, os.environ, tracing=tracing.enabled())
     try:
         return _run(config)
     finally:
