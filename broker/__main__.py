@@ -12,10 +12,11 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from broker import cli, tracing
 from broker import logging as broker_logging
-from broker import tracing
 from broker.app import create_app, drain
 from broker.config import Config
+from broker.config_report import log_configuration
 from broker.errors import CannotListen, ConfigError, LegacyLayout
 from broker.http.appkeys import inflight_key
 from broker.logging import get_logger
@@ -24,7 +25,8 @@ from broker.store.embedded import EmbeddedRedis
 SHUTDOWN_TAIL_S = 1.0  #: what SHUTDOWN_GRACE keeps for closing the server after in-flight requests
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    cli.parse(sys.argv[1:] if argv is None else argv)  # --help, --version: exit here, nothing started
     try:
         config = Config.from_env(os.environ)
     except ConfigError as error:
@@ -32,6 +34,7 @@ def main() -> int:
         return 2
     broker_logging.configure(config.log_level, config.log_format)
     _start_tracing(config)
+    log_configuration(config, os.environ, tracing=tracing.enabled())
     try:
         return _run(config)
     finally:

@@ -20,6 +20,8 @@ SECRET_PREFIX = "whsec_"  #: Standard Webhooks' symmetric secret form: the prefi
 SECRET_BYTES = (24, 64)  #: the key length Standard Webhooks asks of a symmetric secret (192 to 512 bits)
 #: variables whose value never appears in an error message
 _HIDDEN = frozenset({"HERMES_API_KEY", "BOARD_SIGNING_SECRET"})
+#: Prefixes of the broker's own variables: one it does not know is named in a warn line at startup (a typo).
+PREFIXES = ("HERMES_", "RUNS_", "BOARD_", "REDIS_", "ADMISSION_", "CALLBACK_")
 FAIRNESS_DEFAULTS = ("session_key", "session_id", "none")  #: ADMISSION_FAIRNESS_DEFAULT (SPEC S4.2)
 MULTITASK = ("enqueue", "reject", "interrupt", "parallel")  #: RUNS_SESSION_MULTITASK, `scheduling.multitask` (S4.3)
 MAX_FAIRNESS_WEIGHT = 1_000.0
@@ -342,3 +344,55 @@ _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "LOG_FORMAT": ("log_format", _choice(LOG_FORMATS)),
     "CONSOLE_ENABLED": ("console_enabled", _boolean),
 }
+
+#: What each variable means, one line each: `python -m broker --help` prints it beside the default (the Config
+#: field's); a test holds its names to `_VARIABLES`'.
+MEANINGS: dict[str, str] = {
+    "HOST": "address the broker listens on",
+    "PORT": "port the broker listens on",
+    "REDIS_URL": "Redis (redis://, rediss://, unix://); unset: an embedded redis-server under DATA_DIR",
+    "REDIS_CLUSTER": "REDIS_URL names one node of a Redis Cluster; the broker discovers the rest",
+    "REDIS_WAIT_REPLICAS": "acknowledge a write only once this many Redis replicas have it (WAIT)",
+    "REDIS_WAIT_TIMEOUT": "longest wait for REDIS_WAIT_REPLICAS",
+    "DATA_DIR": "where the embedded Redis keeps its files",
+    "HERMES_URL": "Hermes API base URL; several, comma-separated, one per upstream",
+    "HERMES_API_KEY": "bearer key of Hermes calls: one for all upstreams or a comma-separated list",
+    "HERMES_TIMEOUT": "per-request timeout of Hermes calls (not event streams)",
+    "HERMES_MAX_CONCURRENT": "most live Hermes runs across replicas (one or one per upstream); 0: learn it",
+    "HERMES_AFFINITY_GRACE": "how long a session waits for its upstream while it is down before it moves",
+    "HERMES_UPSTREAM_LOST": "an upstream that answers nothing this long is lost: its live runs move",
+    "ADMISSION_FAIRNESS_DEFAULT": "fairness key of a job that names none: session_key, session_id or none",
+    "ADMISSION_FAIRNESS_WEIGHTS": "weights per fairness key, key=weight,key=weight (0 < weight <= 1000)",
+    "REDIS_MEMORY_HIGH": "share of Redis's maxmemory past which creates answer 503",
+    "RUNS_CONCURRENCY": "jobs one replica drives at once",
+    "RUNS_HOLD": "how long a job may wait for Hermes to accept it before it fails hold_expired",
+    "RUNS_RESUBMIT": "resubmits of an interrupted job before it fails resubmit_exhausted",
+    "RUNS_BACKOFF": "first busy/down retry backoff (exponential, with jitter)",
+    "RUNS_BACKOFF_MAX": "longest busy/down retry backoff",
+    "RUNS_POLL_INTERVAL": "status polling of a run whose event stream is gone",
+    "RUNS_LEASE": "run lease TTL; a dead replica's jobs are taken over after it",
+    "RUNS_EVENT_BLOCK": "an event stream's wait for its next event before a keepalive",
+    "RUNS_RETENTION": "a job, its idempotency key and its events are kept this long after it ended",
+    "RUNS_DELTA_RETENTION": "a finished job's message.delta events are kept this long; 0: as long as the job",
+    "RUNS_EVENTS_MAXLEN": "stored events per job; past it message.delta events are counted, not stored",
+    "RUNS_PROXY_ENABLED": "forward requests for ids that are not jobs to Hermes",
+    "RUNS_APPROVAL_ALLOW_ALWAYS": "forward the approval choice always (it changes Hermes's allow-list)",
+    "SHUTDOWN_GRACE": "drain budget on SIGTERM",
+    "BOARD_ENABLED": "send board reports",
+    "BOARD_URL": "board receiver endpoint (required when BOARD_ENABLED is true)",
+    "BOARD_PLATFORM": "the platform field of every board report",
+    "BOARD_SIGNING_SECRET": "space-separated Standard Webhooks secrets (whsec_...): deliveries are signed",
+    "BOARD_RETRIES": "immediate delivery attempts per board report version",
+    "BOARD_TIMEOUT": "per-delivery HTTP timeout",
+    "BOARD_REFRESH_INTERVAL": "activity-only refreshes of one thread are delivered at most this often",
+    "BOARD_RECONCILE_INTERVAL": "board reconciliation (replay and repair) interval",
+    "HERMES_TTL": "board entries expire this long after their source's last activity",
+    "LOG_LEVEL": "debug, info, warn or error",
+    "LOG_FORMAT": "json or text",
+    "CONSOLE_ENABLED": "serve the operator console at /console",
+}
+
+
+def unknown_variables(env: Mapping[str, str]) -> list[str]:
+    """Variables of `env` with one of the broker's prefixes that it does not read, sorted."""
+    return sorted(name for name in env if name.startswith(PREFIXES) and name not in _VARIABLES)

@@ -55,6 +55,7 @@ from benchlib.scenarios import (  # noqa: E402
     tracing,
     upstreams,
 )
+from helpformat import HelpFormatter  # noqa: E402
 
 Scenario = Callable[[Services, Plan], Awaitable[list[Row]]]
 SCENARIOS: dict[str, Scenario] = {
@@ -74,10 +75,10 @@ SCENARIOS: dict[str, Scenario] = {
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a smoke run of every row at tiny sizes (CI)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON instead of the table")
-    parser.add_argument("--only", default="", help=f"comma-separated rows: {','.join(SCENARIOS)}")
+    parser.add_argument("--only", default="", help=f"comma-separated rows: {','.join(SCENARIOS)} (default: every row)")
     parser.add_argument("--rounds", type=int, default=0, help="alternating rounds per row (default: 5, quick 1)")
     parser.add_argument("--keep-logs", action="store_true", help="keep the work directory with every process log")
     args = parser.parse_args(argv)

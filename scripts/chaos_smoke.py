@@ -27,6 +27,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from helpformat import HelpFormatter
+
 ROOT = Path(__file__).resolve().parents[1]
 TERMINAL = {"completed", "failed", "cancelled"}
 
@@ -165,10 +167,10 @@ def verify(replicas: list[Replica], sim_url: str, jobs: list[str], timeout: floa
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--jobs", type=int, default=60)
-    parser.add_argument("--chaos-seconds", type=float, default=40.0)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    parser.add_argument("--seed", type=int, default=7, help="seed of the jobs and the chaos they meet")
+    parser.add_argument("--jobs", type=int, default=60, help="jobs created before the chaos")
+    parser.add_argument("--chaos-seconds", type=float, default=40.0, help="how long replicas and Hermes are disrupted")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     workdir = Path(tempfile.mkdtemp(prefix="hbr-chaos-"))

@@ -26,6 +26,7 @@ import os
 import sys
 
 import orjson
+from helpformat import HelpFormatter
 
 from broker.config import Config
 from broker.errors import ConfigError
@@ -50,9 +51,10 @@ async def run(url: str, *, cluster: bool, switch: str | None) -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     choices = ["packed", "lean", "full"]
-    parser.add_argument("switch", nargs="?", choices=choices, help="switch packing or lean views on, or both off")
+    what = "switch packing or lean views on, or both off (default: show the current form)"
+    parser.add_argument("switch", nargs="?", choices=choices, help=what)
     args = parser.parse_args()
     try:
         config = Config.from_env(os.environ)

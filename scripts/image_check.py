@@ -24,6 +24,7 @@ from types import FrameType
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from helpformat import HelpFormatter
 from imagelib import compose
 from imagelib.base import choose_base
 from imagelib.checks import create_job, get_job, wait_ok, wait_status
@@ -39,9 +40,12 @@ JOB_S = 60
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="scripts/image-check", description=__doc__.split("\n")[0])
-    parser.add_argument("--engine", choices=["podman", "docker"], help="default: podman, else docker, else install")
-    parser.add_argument("--base", default="auto", help="auto (default), debian, or an image to build on")
+    parser = argparse.ArgumentParser(
+        prog="scripts/image-check", description=__doc__.split("\n")[0], formatter_class=HelpFormatter
+    )
+    engine = "the container engine (default: podman, else docker, else install podman)"
+    parser.add_argument("--engine", choices=["podman", "docker"], help=engine)
+    parser.add_argument("--base", default="auto", help="auto, debian, or an image to build on")
     parser.add_argument("--run", default="auto", choices=["auto", "container", "chroot"], help="how to run it")
     args = parser.parse_args(argv)
     for signum in (signal.SIGTERM, signal.SIGHUP):

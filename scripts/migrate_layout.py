@@ -20,6 +20,7 @@ import sys
 
 import orjson
 from attrs import asdict
+from helpformat import HelpFormatter
 
 from broker.config import Config
 from broker.errors import ConfigError
@@ -44,7 +45,7 @@ async def run(url: str, *, check: bool) -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--check", action="store_true", help="only report whether the store needs migrating")
     args = parser.parse_args()
     try:

@@ -23,6 +23,7 @@ import time
 from collections.abc import AsyncIterator
 
 import orjson
+from helpformat import HelpFormatter
 
 from broker.clock import SystemClock
 from broker.config import Config
@@ -94,9 +95,9 @@ def _note(totals: Totals, what: str, started: float) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--write", action="store_true", help="replace what differs with the rebuilt folds")
-    parser.add_argument("--job", metavar="J", help="rebuild this job only")
+    parser.add_argument("--job", metavar="J", help="rebuild this job only (default: every job)")
     parser.add_argument("--progress-every", type=int, default=1000, metavar="N", help="a stderr line every N jobs")
     args = parser.parse_args()
     try:

@@ -12,10 +12,14 @@ from broker.simulator.state import Settings
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m broker.simulator", description="Simulated Hermes 0.19.0 /v1/runs")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8642)
-    parser.add_argument("--api-key", default=None, help="require this bearer key on /v1 routes (default: none)")
+    parser = argparse.ArgumentParser(
+        prog="python -m broker.simulator",
+        description="Simulated Hermes 0.19.0 /v1/runs",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,  # every option's default after its help
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=int, default=8642, help="port to listen on")
+    parser.add_argument("--api-key", default=None, help="require this bearer key on /v1 routes (None: no key)")
     parser.add_argument("--max-concurrent", type=int, default=10, help="live runs before 429 (0 = no cap)")
     parser.add_argument("--keepalive", type=float, default=30.0, help="seconds between `: keepalive` comments")
     parser.add_argument("--approval-timeout", type=float, default=60.0, help="seconds before a prompt counts as deny")

@@ -10,9 +10,11 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextvars import ContextVar
+from urllib.parse import urlsplit
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -24,6 +26,7 @@ from opentelemetry.trace import Link, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from broker.tracing import Attributes, Kind, Span, Value
+from broker.tracing.failures import LoggedExporter, capture_library_lines
 
 SERVICE = "hermes-bridge-runs"
 #: How long an exit waits for buffered spans to be exported (a collector that is down must not hold a drain).
@@ -119,6 +122,7 @@ def sdk_backend(exporters: Sequence[str] = ("otlp",)) -> SdkBackend:
     """A backend exporting through `exporters` (`otlp`, `console`) in batches (OTEL_BSP_* tune them)."""
     # The sampler: OTEL_TRACES_SAMPLER, parent-based by default. No atexit hook: `shutdown()` bounds the flush.
     provider = TracerProvider(resource=_resource(), shutdown_on_exit=False)
+    capture_library_lines()  # the SDK's own lines, and the exporters' failures, as the log contract's
     for exporter in exporters:
         provider.add_span_processor(_processor(_exporter(exporter)))
     return SdkBackend(provider)
@@ -126,8 +130,20 @@ def sdk_backend(exporters: Sequence[str] = ("otlp",)) -> SdkBackend:
 
 def _exporter(name: str) -> SpanExporter:
     if name == "console":
-        return ConsoleSpanExporter()
-    return OTLPSpanExporter()  # OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT, _HEADERS, _TIMEOUT, _COMPRESSION
+        return LoggedExporter(ConsoleSpanExporter(out=sys.stderr), name)  # stdout holds the JSON log lines only
+    exporter = OTLPSpanExporter()  # OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT, _HEADERS, _TIMEOUT, _COMPRESSION
+    return LoggedExporter(exporter, name, _endpoint_host(exporter))
+
+
+def _endpoint_host(exporter: OTLPSpanExporter) -> str:
+    """`host:port` of the exporter's endpoint: never its credentials, path or query."""
+    parts = urlsplit(str(getattr(exporter, "_endpoint", "")))
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    host = parts.hostname or ""
+    return f"{host}:{port}" if host and port else host
 
 
 def _processor(exporter: SpanExporter) -> SpanProcessor:

@@ -3,6 +3,7 @@ Hermes that accepts connections but never answers (jobs stay queued, their objec
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -32,10 +33,11 @@ START_TIMEOUT_S = 30.0
 class BrokerProcess:
     """One `python -m broker` on a free loopback port; its output goes to a log file."""
 
-    def __init__(self, env: dict[str, str], log_path: Path, cwd: Path = ROOT) -> None:
+    def __init__(self, env: dict[str, str], log_path: Path, cwd: Path = ROOT, stderr_path: Path | None = None) -> None:
         self.env = env
         self.port = int(env["PORT"])
         self.log_path = log_path
+        self.stderr_path = stderr_path  #: where stderr goes when it is kept apart from the log (stdout)
         self.cwd = cwd  #: the code it runs (another checkout: an older broker)
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -44,9 +46,11 @@ class BrokerProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> BrokerProcess:
-        with self.log_path.open("ab") as log:
+        with contextlib.ExitStack() as files:
+            log = files.enter_context(self.log_path.open("ab"))
+            errors = files.enter_context(self.stderr_path.open("ab")) if self.stderr_path else subprocess.STDOUT
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "broker"], env=self.env, cwd=self.cwd, stdout=log, stderr=subprocess.STDOUT
+                [sys.executable, "-m", "broker"], env=self.env, cwd=self.cwd, stdout=log, stderr=errors
             )
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
@@ -128,7 +132,9 @@ def silent_hermes() -> Iterator[str]:
 
 @pytest.fixture
 def start_broker(tmp_path: Path, silent_hermes: str) -> Iterator[BrokerFactory]:
-    """Start `python -m broker` with `REDIS_URL` (or embedded Redis under `data_dir`); stopped at teardown."""
+    """Start `python -m broker` with `REDIS_URL` (or embedded Redis under `data_dir`); stopped at teardown.
+
+    `split_stderr`: stderr goes to its own file (`stderr_path`), apart from the log lines on stdout."""
     started: list[BrokerProcess] = []
 
     def start(
@@ -137,6 +143,7 @@ def start_broker(tmp_path: Path, silent_hermes: str) -> Iterator[BrokerFactory]:
         data_dir: Path | None = None,
         port: int | None = None,
         cwd: Path = ROOT,
+        split_stderr: bool = False,
         **variables: str,
     ) -> BrokerProcess:
         env = {name: value for name, value in os.environ.items() if name not in _VARIABLES}
@@ -153,7 +160,8 @@ def start_broker(tmp_path: Path, silent_hermes: str) -> Iterator[BrokerFactory]:
             env["REDIS_URL"] = redis_url
         env["DATA_DIR"] = str(data_dir or tmp_path / "data")
         env.update(variables)
-        broker = BrokerProcess(env, tmp_path / f"broker-{len(started)}.log", cwd)
+        log_path = tmp_path / f"broker-{len(started)}.log"
+        broker = BrokerProcess(env, log_path, cwd, log_path.with_suffix(".stderr") if split_stderr else None)
         started.append(broker)
         return broker.start()
 
