@@ -49,6 +49,8 @@ class Config:
     hermes_max_concurrent: tuple[int, ...] = attrs.field(default=(0,), converter=_limits)
     hermes_affinity_grace_ms: int = 30_000  #: a session waits this long for its upstream while it is down (S10)
     hermes_upstream_lost_ms: int = 300_000  #: an upstream silent this long is lost: its runs move (SPEC S10)
+    #: largest execution body (the JSON the broker sends to Hermes), in bytes; a larger create answers 413 (SPEC S7)
+    hermes_max_body: int = 1_048_576
     admission_fairness_default: str = "session_key"  #: a job's key when it names none (SPEC S4.2)
     admission_fairness_weights: tuple[tuple[str, float], ...] = ()  #: weights per key, winning over a create's
     #: share of Redis's maxmemory past which creates answer 503, so accepted jobs keep room to finish (SPEC S4.4)
@@ -305,6 +307,7 @@ _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "HERMES_MAX_CONCURRENT": ("hermes_max_concurrent", _integers(0)),
     "HERMES_AFFINITY_GRACE": ("hermes_affinity_grace_ms", _integer(0)),
     "HERMES_UPSTREAM_LOST": ("hermes_upstream_lost_ms", _integer(1)),
+    "HERMES_MAX_BODY": ("hermes_max_body", _integer(1)),
     "ADMISSION_FAIRNESS_DEFAULT": ("admission_fairness_default", _choice(FAIRNESS_DEFAULTS)),
     "ADMISSION_FAIRNESS_WEIGHTS": ("admission_fairness_weights", _weights),
     "REDIS_MEMORY_HIGH": ("redis_memory_high", _share),
