@@ -9,6 +9,7 @@ early (`contextlib.aclosing`) so its connection is released at once.
 from __future__ import annotations
 
 import asyncio
+import io
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -235,7 +236,7 @@ class AiohttpHermesClient:
             async with self._client().request(
                 method,
                 self._url(path),
-                data=body,
+                data=_payload(body),
                 headers=sent,
                 timeout=aiohttp.ClientTimeout(total=self._timeout_s),
             ) as response:
@@ -350,6 +351,14 @@ def is_answer(status: int, body: bytes) -> bool:
         return False
     error = payload.get("error")
     return (isinstance(error, dict) and isinstance(error.get("message"), str)) or isinstance(payload.get("run_id"), str)
+
+
+#: aiohttp writes a bytes body in one go and warns past this size; a stream of one is written in chunks.
+_LARGE_BODY = 2**20
+
+
+def _payload(body: bytes | None) -> bytes | io.BytesIO | None:
+    return io.BytesIO(body) if body is not None and len(body) > _LARGE_BODY else body
 
 
 def _maybe_sent(exc: BaseException) -> bool:

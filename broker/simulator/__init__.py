@@ -8,7 +8,8 @@ first), `fail` (ends `failed`), `approval` (a `terminal` call waits for /approva
 the run still completes), `deltas:N` (the reply is N `message.delta` events, streamed as fast as the reader
 takes them, or spread over `sleep:N` seconds when that is given too; for benchmarks). Runs answer as captured in
 hermes-runs-api.md, with one deliberate difference: a JSON body that is not an object gets a 400 envelope where
-Hermes crashes with a plain-text 500.
+Hermes crashes with a plain-text 500. Bodies are taken up to 10,000,000 bytes, as Hermes does; past that (by
+Content-Length, or while reading a body without one) the answer is Hermes's 413 `body_too_large` envelope.
 
 Control API (no auth, JSON bodies, all optional fields):
 
