@@ -39,7 +39,7 @@ from broker.hermes.models import (
     error_fields,
     parse_json_object,
 )
-from broker.hermes.outcomes import create_outcome, failure_outcome
+from broker.hermes.outcomes import answer_text, create_outcome, failure_outcome
 from broker.hermes.sse import read_stream
 from broker.logging import get_logger
 from broker.upstreams import health
@@ -150,7 +150,8 @@ class AiohttpHermesClient:
             status = payload.get("status")
             return Stopping(run_id, status if isinstance(status, str) else "stopping")
         if 400 <= reply.status < 500 and reply.status not in (401, 403, 404):
-            return Rejected(reply.status, *error_fields(payload))
+            message, code = error_fields(payload)
+            return Rejected(reply.status, message or answer_text(reply.status, reply.body), code)
         return failure_outcome(reply.status, run_id)
 
     async def approval(self, run_id: str, body: bytes) -> ApprovalOutcome:

@@ -15,7 +15,8 @@ Control API (no auth, JSON bodies, all optional fields):
 
 - `GET/POST /_sim/settings`: read or change `busy` (429 on every create), `draining` (503 `gateway_draining`),
   `upstream_main`, `delay_s`, `max_concurrent`, `keepalive_s`, `approval_timeout_s`, `events_wait_s`, `step_s`,
-  `api_key`, e.g. `{"busy": true}`.
+  `api_key`, `proxy_max_body` (a proxy in front of Hermes answers bodies over that many bytes with nginx's HTML
+  413 page, never reaching Hermes; 0, the default, is no proxy), e.g. `{"busy": true}`.
 - `POST /_sim/restart` `{"cancel": false, "down_s": 0}`: forget every run, as a new process would. `cancel` first
   ends live runs `cancelled` with `run.cancelled` on their streams (SIGTERM); without it streams just break
   (SIGKILL). `down_s` then drops connections for that long. In upstream-main mode runs created with an
