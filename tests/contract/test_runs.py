@@ -166,10 +166,12 @@ async def test_a_missing_or_wrong_key_is_401(hermes: Target) -> None:
 async def test_bodies_up_to_10_mb_are_taken_and_larger_ones_answer_the_envelopes_413(
     client: AiohttpHermesClient,
 ) -> None:
-    # Hermes's aiohttp app takes 10,000,000 bytes (its `client_max_size`), far over aiohttp's default 1 MiB
+    # Past 10,000,000 bytes, Hermes's own 413 in the envelope, not aiohttp's plain text. (Sent first: after a
+    # streamed create on the same connection, aiohttp 3.14 left the connection Hermes cuts short still closing when
+    # the test's loop ended, which the test reports as an unclosed socket.)
+    too_large = await client.create(body("x" * 10_000_000))
+    assert too_large == Rejected(413, "Request body too large.", "body_too_large")
+    # Up to that, bodies are taken: Hermes's `client_max_size` is 10,000,000 bytes, far over aiohttp's default 1 MiB
     history = [{"role": "user", "content": "h" * 2_000_000}]
     accepted = await client.create(body("hello", conversation_history=history))
     assert isinstance(accepted, Accepted), accepted
-    # Past that, its own 413 in the envelope, not aiohttp's plain text
-    too_large = await client.create(body("x" * 10_000_000))
-    assert too_large == Rejected(413, "Request body too large.", "body_too_large")
