@@ -56,7 +56,7 @@ def _run(config: Config) -> int:
         redis_url = config.redis_url
         if redis_url is None:
             try:
-                redis_url = stack.enter_context(EmbeddedRedis(config.data_dir))
+                redis_url = stack.enter_context(EmbeddedRedis(config.data_dir, announce=True))
             except ConfigError as error:
                 print(f"Invalid configuration: {error.message}", file=sys.stderr)
                 return 2

@@ -52,6 +52,8 @@ class Config:
     hermes_max_concurrent: tuple[int, ...] = attrs.field(default=(0,), converter=_limits)
     hermes_affinity_grace_ms: int = 30_000  #: a session waits this long for its upstream while it is down (S10)
     hermes_upstream_lost_ms: int = 300_000  #: an upstream silent this long is lost: its runs move (SPEC S10)
+    #: largest execution body (the JSON the broker sends to Hermes), in bytes; a larger create answers 413 (SPEC S7)
+    hermes_max_body: int = 1_048_576
     admission_fairness_default: str = "session_key"  #: a job's key when it names none (SPEC S4.2)
     admission_fairness_weights: tuple[tuple[str, float], ...] = ()  #: weights per key, winning over a create's
     #: share of Redis's maxmemory past which creates answer 503, so accepted jobs keep room to finish (SPEC S4.4)
@@ -311,6 +313,7 @@ _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "HERMES_MAX_CONCURRENT": ("hermes_max_concurrent", _integers(0)),
     "HERMES_AFFINITY_GRACE": ("hermes_affinity_grace_ms", _integer(0)),
     "HERMES_UPSTREAM_LOST": ("hermes_upstream_lost_ms", _integer(1)),
+    "HERMES_MAX_BODY": ("hermes_max_body", _integer(1)),
     "ADMISSION_FAIRNESS_DEFAULT": ("admission_fairness_default", _choice(FAIRNESS_DEFAULTS)),
     "ADMISSION_FAIRNESS_WEIGHTS": ("admission_fairness_weights", _weights),
     "REDIS_MEMORY_HIGH": ("redis_memory_high", _share),
@@ -357,6 +360,7 @@ MEANINGS: dict[str, str] = {
     "DATA_DIR": "where the embedded Redis keeps its files",
     "HERMES_URL": "Hermes API base URL; several, comma-separated, one per upstream",
     "HERMES_API_KEY": "bearer key of Hermes calls: one for all upstreams or a comma-separated list",
+    "HERMES_MAX_BODY": "largest execution body a create may send to Hermes (bytes); larger creates answer 413",
     "HERMES_TIMEOUT": "per-request timeout of Hermes calls (not event streams)",
     "HERMES_MAX_CONCURRENT": "most live Hermes runs across replicas (one or one per upstream); 0: learn it",
     "HERMES_AFFINITY_GRACE": "how long a session waits for its upstream while it is down before it moves",
@@ -364,6 +368,9 @@ MEANINGS: dict[str, str] = {
     "ADMISSION_FAIRNESS_DEFAULT": "fairness key of a job that names none: session_key, session_id or none",
     "ADMISSION_FAIRNESS_WEIGHTS": "weights per fairness key, key=weight,key=weight (0 < weight <= 1000)",
     "REDIS_MEMORY_HIGH": "share of Redis's maxmemory past which creates answer 503",
+    "RUNS_SESSION_MULTITASK": "what a new turn of a busy session does: enqueue, reject, interrupt or parallel",
+    "RUNS_SESSION_HISTORY": "send a session's earlier completed turns to Hermes as conversation_history",
+    "RUNS_SESSION_HISTORY_TURNS": "most earlier turns sent with RUNS_SESSION_HISTORY",
     "RUNS_CONCURRENCY": "jobs one replica drives at once",
     "RUNS_HOLD": "how long a job may wait for Hermes to accept it before it fails hold_expired",
     "RUNS_RESUBMIT": "resubmits of an interrupted job before it fails resubmit_exhausted",

@@ -29,6 +29,21 @@ class InvalidRequest(BrokerError):
         self.code = code
 
 
+class BodyTooLarge(BrokerError):
+    """Raised when a create's execution body is larger than Hermes is configured to take (HERMES_MAX_BODY)."""
+
+    status = 413
+    type = "invalid_request_error"
+    code = "body_too_large"
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(
+            f"The body sent to Hermes would be {size} bytes, over the limit of {limit} bytes (HERMES_MAX_BODY)"
+        )
+        self.size = size
+        self.limit = limit
+
+
 class CrossSiteRequest(BrokerError):
     """Raised when a browser marks a state-changing request as sent by another site (SPEC S8)."""
 

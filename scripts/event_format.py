@@ -14,8 +14,8 @@ A store no broker has used packs from the start, and so does the embedded Redis 
 this command pinned it `full`. A store an older broker wrote keeps full entries, which every version reads,
 until this command switches packing on once the rollout is over (an older replica would hide packed events
 from its SSE clients). Replicas follow a switch within 10 s; entries already stored keep their form.
-Configured like the broker (REDIS_URL, REDIS_CLUSTER; with REDIS_URL unset it opens the embedded Redis on
-DATA_DIR itself: stop the broker first).
+Configured like the broker (REDIS_URL, REDIS_CLUSTER; with REDIS_URL unset the embedded Redis of DATA_DIR: the
+running broker's, which follows the switch like any replica, else one started for the command).
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from broker.config import Config
 from broker.errors import ConfigError
 from broker.store import lean
 from broker.store.connection import connect
-from broker.store.embedded import EmbeddedRedis
 from broker.store.entries import EventFormat, set_format, set_lean
+from broker.store.opener import store_url
 
 
 async def run(url: str, *, cluster: bool, switch: str | None) -> int:
@@ -61,10 +61,12 @@ def main() -> int:
     except ConfigError as error:
         print(f"Invalid configuration: {error.message}", file=sys.stderr)
         return 2
-    if config.redis_url is not None:
-        return asyncio.run(run(config.redis_url, cluster=config.redis_cluster, switch=args.switch))
-    with EmbeddedRedis(config.data_dir) as url:  # the broker on it is stopped (it packs on its own)
-        return asyncio.run(run(url, cluster=False, switch=args.switch))
+    try:
+        with store_url(config.redis_url, config.data_dir) as url:
+            return asyncio.run(run(url, cluster=config.redis_cluster, switch=args.switch))
+    except ConfigError as error:
+        print(f"Invalid configuration: {error.message}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ single Redis (layout 1 never ran on a cluster): each job's keys are renamed into
 keep their expiry), the due schedule, the admission line and the board's due set and index are moved
 with their scores, board outbox entries are re-added to their partition's outbox, and the work stream
 (wake-up hints) is dropped. It can be run again after an interruption. Configured like the broker: with
-REDIS_URL unset it starts the embedded Redis on DATA_DIR itself (stop the broker first).
+REDIS_URL unset it opens the embedded Redis of DATA_DIR (a broker refuses to start on layout 1, so none runs
+there; it starts the server and stops it after).
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from helpformat import HelpFormatter
 from broker.config import Config
 from broker.errors import ConfigError
 from broker.store.connection import connect
-from broker.store.embedded import EmbeddedRedis
 from broker.store.migrate import legacy_keys, migrate
+from broker.store.opener import store_url
 
 
 async def run(url: str, *, check: bool) -> int:
@@ -56,10 +57,12 @@ def main() -> int:
     if config.redis_cluster:
         print("REDIS_CLUSTER=true: a cluster never held the layout before partitions; nothing to do", file=sys.stderr)
         return 0
-    if config.redis_url is not None:
-        return asyncio.run(run(config.redis_url, check=args.check))
-    with EmbeddedRedis(config.data_dir) as url:
-        return asyncio.run(run(url, check=args.check))
+    try:
+        with store_url(config.redis_url, config.data_dir) as url:
+            return asyncio.run(run(url, check=args.check))
+    except ConfigError as error:
+        print(f"Invalid configuration: {error.message}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

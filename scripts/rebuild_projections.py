@@ -4,7 +4,8 @@
     python scripts/rebuild_projections.py --write    # replace what differs with the rebuilt folds
     python scripts/rebuild_projections.py --job J    # one job only
 
-Configured like the broker: REDIS_URL, and BOARD_ENABLED / BOARD_PLATFORM / HERMES_TTL /
+Configured like the broker: REDIS_URL (unset: the embedded Redis of DATA_DIR, the running broker's if one runs
+there, else started for the run and stopped after), and BOARD_ENABLED / BOARD_PLATFORM / HERMES_TTL /
 BOARD_REFRESH_INTERVAL for the board reports. Every job stream is folded from `0-0` with the same pure
 functions the broker uses; a missing, undecodable or different view, board state or latest board report
 is a difference (one JSON line per job on stdout, with the job id). --write recreates it as a job write
@@ -32,6 +33,7 @@ from broker.rebuild import Outcome, Rebuild, RebuildSettings, Totals
 from broker.store.connection import connect
 from broker.store.jobs import JobStore
 from broker.store.listing import IndexRepair
+from broker.store.opener import store_url
 from broker.store.rebuild import RebuildStore
 from projections import job as job_projection
 
@@ -105,12 +107,14 @@ def main() -> int:
     except ConfigError as error:
         print(f"Invalid configuration: {error.message}", file=sys.stderr)
         return 2
-    if config.redis_url is None:
-        print("REDIS_URL is required (start the broker's embedded Redis and point REDIS_URL at it)", file=sys.stderr)
+    try:
+        with store_url(config.redis_url, config.data_dir) as url:
+            totals = asyncio.run(
+                rebuild(config, url, write=args.write, job=args.job, every=max(1, args.progress_every))
+            )
+    except ConfigError as error:
+        print(f"Invalid configuration: {error.message}", file=sys.stderr)
         return 2
-    totals = asyncio.run(
-        rebuild(config, config.redis_url, write=args.write, job=args.job, every=max(1, args.progress_every))
-    )
     summary = {"jobs": totals.jobs, "differing": totals.differing, "written": args.write, "replaced": totals.replaced}
     print(orjson.dumps(summary).decode())
     if args.job is not None and totals.jobs == 0:

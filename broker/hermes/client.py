@@ -9,6 +9,7 @@ early (`contextlib.aclosing`) so its connection is released at once.
 from __future__ import annotations
 
 import asyncio
+import io
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -38,7 +39,7 @@ from broker.hermes.models import (
     error_fields,
     parse_json_object,
 )
-from broker.hermes.outcomes import create_outcome, failure_outcome
+from broker.hermes.outcomes import answer_text, create_outcome, failure_outcome
 from broker.hermes.sse import read_stream
 from broker.logging import get_logger
 from broker.upstreams import health
@@ -149,7 +150,8 @@ class AiohttpHermesClient:
             status = payload.get("status")
             return Stopping(run_id, status if isinstance(status, str) else "stopping")
         if 400 <= reply.status < 500 and reply.status not in (401, 403, 404):
-            return Rejected(reply.status, *error_fields(payload))
+            message, code = error_fields(payload)
+            return Rejected(reply.status, message or answer_text(reply.status, reply.body), code)
         return failure_outcome(reply.status, run_id)
 
     async def approval(self, run_id: str, body: bytes) -> ApprovalOutcome:
@@ -235,7 +237,7 @@ class AiohttpHermesClient:
             async with self._client().request(
                 method,
                 self._url(path),
-                data=body,
+                data=_payload(body),
                 headers=sent,
                 timeout=aiohttp.ClientTimeout(total=self._timeout_s),
             ) as response:
@@ -350,6 +352,14 @@ def is_answer(status: int, body: bytes) -> bool:
         return False
     error = payload.get("error")
     return (isinstance(error, dict) and isinstance(error.get("message"), str)) or isinstance(payload.get("run_id"), str)
+
+
+#: aiohttp writes a bytes body in one go and warns past this size; a stream of one is written in chunks.
+_LARGE_BODY = 2**20
+
+
+def _payload(body: bytes | None) -> bytes | io.BytesIO | None:
+    return io.BytesIO(body) if body is not None and len(body) > _LARGE_BODY else body
 
 
 def _maybe_sent(exc: BaseException) -> bool:

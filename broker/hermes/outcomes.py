@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from broker.hermes.models import (
@@ -37,8 +38,29 @@ def create_outcome(status: int, headers: Mapping[str, str], body: bytes) -> Crea
     if status in (401, 403):
         return Unauthorized(status, message or f"Hermes refused the broker's credentials (HTTP {status}).")
     if 400 <= status < 500:
-        return Rejected(status, message, code)
+        return Rejected(status, message or answer_text(status, body), code)
     return Unavailable(message or f"Hermes answered HTTP {status}.")
+
+
+#: How much of an answer that is not Hermes's envelope a job's error keeps: enough for any error page's sentence.
+MAX_ANSWER_TEXT = 500
+_TAG = re.compile(r"<[^>]*>")
+_SPACE = re.compile(r"\s+")
+
+
+def answer_text(status: int, body: bytes) -> str:
+    """What an error answer without Hermes's message says (aiohttp's plain text, a proxy's HTML page, an envelope
+    with an empty message): its status and its text, markup and runs of whitespace collapsed, at most
+    MAX_ANSWER_TEXT characters. Never empty."""
+    text = body.decode("utf-8", "replace")
+    if text.lstrip().startswith("<"):
+        text = _TAG.sub(" ", text)
+    text = _SPACE.sub(" ", text).strip()
+    if not text:
+        return f"Hermes answered HTTP {status} without a body."
+    if len(text) > MAX_ANSWER_TEXT:
+        text = text[: MAX_ANSWER_TEXT - 1].rstrip() + "…"
+    return f"Hermes answered HTTP {status}: {text}"
 
 
 def failure_outcome(status: int, run_id: str) -> NotFound | Unauthorized | Unavailable:

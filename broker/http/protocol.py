@@ -8,22 +8,29 @@ applied once by the app factory; it keeps aiohttp's logging and connection handl
 
 aiohttp reports every parse failure as 400. A request line over its limit answers 414 `uri_too_long`
 and header fields over theirs (one too long, or too many) 431 `header_too_large`, naming the limit.
+
+A request the client got wrong is logged as one warn line of the log contract, without a traceback (aiohttp
+logs it as an error with one); a garbled first request (a TLS handshake or a port scan) only at debug, as
+aiohttp does. A failure of the broker's own (a 500) keeps aiohttp's error line and traceback.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import traceback
 from http import HTTPStatus
 
 from aiohttp import web
-from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
+from aiohttp.http_exceptions import BadHttpMessage, BadHttpMethod, LineTooLong
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
 from broker.http.render import json_response
+from broker.logging import get_logger
 
 _PATCHED = "_hbr_envelope"
+_log = get_logger("broker.http.protocol.ProtocolErrors")
 _TOO_MANY_HEADERS = "Too many headers received"  #: aiohttp's message (both parsers) past max_headers
 #: The pure-Python parser reports the whole request line, which starts with its method; a header
 #: line starts with its name and a colon.
@@ -42,8 +49,11 @@ def envelope_protocol_errors() -> None:
         exc: BaseException | None = None,
         message: str | None = None,
     ) -> web.StreamResponse:
-        original(self, request, status, exc, message)  # logs; raises if a response was already started
         status, code, text = answer(status, exc, max_headers=self.max_headers)
+        if status >= 500:
+            original(self, request, status, exc, message)  # logs; raises if a response was already started
+        else:
+            _refused(self, request, status, code, exc)
         error = {
             "message": text,
             "type": "invalid_request_error" if status < 500 else "server_error",
@@ -56,6 +66,15 @@ def envelope_protocol_errors() -> None:
 
     setattr(handle_error, _PATCHED, True)
     RequestHandler.handle_error = handle_error  # type: ignore[method-assign]
+
+
+def _refused(handler: RequestHandler, request: BaseRequest, status: int, code: str, exc: BaseException | None) -> None:
+    """Log a request the client got wrong; raise as aiohttp does when an answer was already started."""
+    level = logging.DEBUG if isinstance(exc, BadHttpMethod) and handler._request_count == 1 else logging.WARNING
+    fields = {"status": status, "code": code, "remote": request.remote, "error": type(exc).__name__ if exc else None}
+    _log.log(level, "Refused a malformed HTTP request.", extra=fields)
+    if request.writer.output_size > 0:
+        raise ConnectionError("Response is sent already, cannot send another response with the error message")
 
 
 def answer(status: int, exc: BaseException | None, *, max_headers: int) -> tuple[int, str, str]:

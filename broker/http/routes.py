@@ -21,7 +21,8 @@ _CREATE_ATTRIBUTES = {"http.request.method": "POST", "http.route": "/v1/runs"}
 async def create_run(request: web.Request) -> web.Response:
     caller = request.headers.get("traceparent")  # the job's trace continues the caller's (SPEC S6.1)
     with tracing.start(tracing.CREATE, parent=caller, kind=tracing.Kind.SERVER, attributes=_CREATE_ATTRIBUTES) as span:
-        run = parse_create(await request.read(), request.headers)
+        max_body = request.app[keys.config_key].hermes_max_body
+        run = parse_create(await request.read(), request.headers, max_body=max_body)
         result = await request.app[keys.service_key].create(run, traceparent=span.traceparent)
         span.set(tracing.JOB, result.view.job_id)
         span.set("job.replayed", result.replayed)

@@ -12,7 +12,7 @@ import orjson
 
 from broker.admission.fair import PRIORITIES, SchedulingRequest
 from broker.config import MAX_FAIRNESS_WEIGHT, MULTITASK
-from broker.errors import InvalidRequest
+from broker.errors import BodyTooLarge, InvalidRequest
 from broker.events import Context, Link, Reporting
 from broker.ids import fingerprint
 from broker.jobs.commands import ApprovalChoice, CreateRun
@@ -30,16 +30,22 @@ MAX_FAIRNESS_KEY = 64
 _PLAIN_URL = re.compile(r"https?://[A-Za-z0-9.-]+(?::[0-9]*)?(?:[/?#]|\Z)")
 
 
-def parse_create(raw: bytes, headers: Mapping[str, str]) -> CreateRun:
-    """The create command of a POST /v1/runs; InvalidRequest naming the offending path."""
+def parse_create(raw: bytes, headers: Mapping[str, str], *, max_body: int) -> CreateRun:
+    """The create command of a POST /v1/runs; InvalidRequest naming the offending path, BodyTooLarge when the
+    execution body, as it is sent to Hermes, is over `max_body` bytes."""
     idempotency_key = parse_idempotency_key(headers.get("Idempotency-Key"))
     session_key = parse_session_key(headers.get("X-Hermes-Session-Key"))
     payload = _json_object(raw)
     body = _execution_body(payload)
     scheduling = parse_scheduling(payload["scheduling"]) if "scheduling" in payload else SchedulingRequest()
     history = parse_session_history(payload.get("session_history"), body, scheduling)
+    # These bytes are stored with the job and sent to Hermes unchanged on every attempt: their size is the size
+    # of every create the job makes (a session's history, SPEC S4.3, comes on top).
+    execution_body = orjson.dumps(body)
+    if len(execution_body) > max_body:
+        raise BodyTooLarge(len(execution_body), max_body)
     return CreateRun(
-        body=orjson.dumps(body),
+        body=execution_body,
         fingerprint=fingerprint(body["input"], body.get("instructions")),
         idempotency_key=idempotency_key,
         session_key=session_key,

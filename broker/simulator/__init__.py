@@ -8,13 +8,15 @@ first), `fail` (ends `failed`), `approval` (a `terminal` call waits for /approva
 the run still completes), `deltas:N` (the reply is N `message.delta` events, streamed as fast as the reader
 takes them, or spread over `sleep:N` seconds when that is given too; for benchmarks). Runs answer as captured in
 hermes-runs-api.md, with one deliberate difference: a JSON body that is not an object gets a 400 envelope where
-Hermes crashes with a plain-text 500.
+Hermes crashes with a plain-text 500. Bodies are taken up to 10,000,000 bytes, as Hermes does; past that (by
+Content-Length, or while reading a body without one) the answer is Hermes's 413 `body_too_large` envelope.
 
 Control API (no auth, JSON bodies, all optional fields):
 
 - `GET/POST /_sim/settings`: read or change `busy` (429 on every create), `draining` (503 `gateway_draining`),
   `upstream_main`, `delay_s`, `max_concurrent`, `keepalive_s`, `approval_timeout_s`, `events_wait_s`, `step_s`,
-  `api_key`, e.g. `{"busy": true}`.
+  `api_key`, `proxy_max_body` (a proxy in front of Hermes answers bodies over that many bytes with nginx's HTML
+  413 page, never reaching Hermes; 0, the default, is no proxy), e.g. `{"busy": true}`.
 - `POST /_sim/restart` `{"cancel": false, "down_s": 0}`: forget every run, as a new process would. `cancel` first
   ends live runs `cancelled` with `run.cancelled` on their streams (SIGTERM); without it streams just break
   (SIGKILL). `down_s` then drops connections for that long. In upstream-main mode runs created with an

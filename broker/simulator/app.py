@@ -12,6 +12,7 @@ from aiohttp import web
 
 from broker.simulator.bodies import BodyError, parse_choice, parse_create, parse_object
 from broker.simulator.control import CONTROL_PREFIX, add_control_routes, request_key, simulator_key
+from broker.simulator.limits import MAX_REQUEST_BYTES, refused_body, too_large
 from broker.simulator.script import Script, play
 from broker.simulator.state import RunStream, Settings, SimRun, Simulator
 from broker.simulator.wire import JsonObject
@@ -26,7 +27,7 @@ NO_KEY_FOR_SESSION_KEY = (
 
 def create_app(settings: Settings | None = None) -> web.Application:
     """A fresh simulated Hermes; `app[simulator_key]` is its state for in-process tests."""
-    app = web.Application(middlewares=[_edge])
+    app = web.Application(middlewares=[_edge], client_max_size=MAX_REQUEST_BYTES)
     app[simulator_key] = Simulator(settings or Settings())
     app.router.add_get("/health", _health)
     app.router.add_post("/v1/runs", _create)
@@ -69,8 +70,11 @@ async def _edge(request: web.Request, handler: Handler) -> web.StreamResponse:
         raise asyncio.CancelledError
     if sim.settings.delay_s > 0:
         await asyncio.sleep(sim.settings.delay_s)
-    refused = _refuse_key(request) if request.path.startswith("/v1/") else None
-    response = refused if refused is not None else await handler(request)
+    refused = refused_body(request, sim.settings) or (_refuse_key(request) if request.path.startswith("/v1/") else None)
+    try:
+        response = refused if refused is not None else await handler(request)
+    except web.HTTPRequestEntityTooLarge:  # a body without Content-Length over client_max_size, as Hermes answers it
+        response = too_large()
     entry["status"] = response.status
     if request.method == "POST" and request.path == "/v1/runs":
         sim.count_create(response.status)
@@ -100,10 +104,7 @@ async def _create(request: web.Request) -> web.Response:
         return error(503, "Gateway is draining existing work; retry shortly.", "gateway_draining", headers=_RETRY)
     session_key = request.headers.get("X-Hermes-Session-Key", "").strip()
     if session_key and not settings.api_key:
-        message = (
-            "X-Hermes-Session-Key requires API key authentication. Configure API_SERVER_KEY to enable this feature."
-        )
-        return error(403, message)
+        return error(403, NO_KEY_FOR_SESSION_KEY)
     if len(session_key) > MAX_SESSION_KEY:
         return web.json_response(
             {"error": {"message": "Session key too long", "type": "invalid_request_error"}}, status=400

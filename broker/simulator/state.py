@@ -28,6 +28,7 @@ class Settings:
     approval_timeout_s: float = 60.0
     events_wait_s: float = 1.0  # how long /events waits for an unknown run before its 404 (Hermes: 20 x 50 ms)
     step_s: float = 0.05  # pause between streamed deltas when no `sleep:N` marker sets the pace
+    proxy_max_body: int = 0  # a proxy in front answers bodies over this many bytes with its HTML 413; 0 = no proxy
 
 
 @define(eq=False)

@@ -20,6 +20,8 @@ from broker.logging import get_logger
 
 START_TIMEOUT_S = 15.0
 PIDFILE = "redis.pid"
+#: `127.0.0.1:<port>` of the server a broker runs on DATA_DIR, for scripts to use it too; gone when it stops
+ADDRESS_FILE = "redis.address"
 
 
 def redis_binary() -> str:
@@ -64,11 +66,16 @@ def _die_with_parent() -> None:
 
 
 class EmbeddedRedis:
-    """Starts redis-server on a free loopback port; `with EmbeddedRedis(dir) as url:`."""
+    """Starts redis-server on a free loopback port; `with EmbeddedRedis(dir) as url:`.
 
-    def __init__(self, data_dir: str) -> None:
+    `announce`: record the server's address in DATA_DIR while it runs (the broker's server, which lives as long as
+    the broker: scripts on the same DATA_DIR use it rather than start a second server on the same files)."""
+
+    def __init__(self, data_dir: str, *, announce: bool = False) -> None:
         self.data_dir = Path(data_dir).resolve()
+        self.announce = announce
         self._process: subprocess.Popen[bytes] | None = None
+        self._address: str | None = None
         self._log = get_logger(type(self))
 
     def __enter__(self) -> str:
@@ -103,6 +110,11 @@ class EmbeddedRedis:
         ]
         self._process = subprocess.Popen(command, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
         self._wait_until_ready(port)
+        if self.announce:
+            self._address = f"127.0.0.1:{port}"
+            staged = self.data_dir / f"{ADDRESS_FILE}.{os.getpid()}"
+            staged.write_text(self._address)
+            staged.replace(self.data_dir / ADDRESS_FILE)  # a reader sees the whole address or none
         self._log.info(
             "Started the embedded Redis.", extra={"port": port, "dataDir": str(self.data_dir), "binary": binary}
         )
@@ -111,6 +123,7 @@ class EmbeddedRedis:
     def stop(self) -> None:
         if self._process is None or self._process.poll() is not None:
             return
+        self._unannounce()
         self._process.terminate()  # redis-server flushes its AOF on SIGTERM
         try:
             self._process.wait(timeout=10)
@@ -118,6 +131,12 @@ class EmbeddedRedis:
             self._process.kill()
             self._process.wait()
         self._log.info("Stopped the embedded Redis.", extra={"dataDir": str(self.data_dir)})
+
+    def _unannounce(self) -> None:
+        address = self.data_dir / ADDRESS_FILE
+        with contextlib.suppress(OSError):
+            if self._address is not None and address.read_text() == self._address:
+                address.unlink()
 
     def _wait_until_ready(self, port: int) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -141,8 +160,36 @@ class EmbeddedRedis:
         except (OSError, ValueError):
             return
         deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline and _alive(pid):
+        while time.monotonic() < deadline and _works_in(pid, self.data_dir):
             time.sleep(0.05)
+        if _works_in(pid, self.data_dir):  # a second server on the same append-only files would corrupt them
+            raise ConfigError(
+                f"another redis-server (pid {pid}) still works in DATA_DIR {self.data_dir}: stop what uses it "
+                f"(a broker or a script on the same DATA_DIR) first"
+            )
+
+
+def pid_in(data_dir: Path) -> int | None:
+    """The pid of the embedded server working in `data_dir`, if one runs (its pidfile names a live process)."""
+    try:
+        pid = int((data_dir / PIDFILE).read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if _works_in(pid, data_dir) else None
+
+
+def _works_in(pid: int, data_dir: Path) -> bool:
+    """Whether `pid` is a live redis-server in `data_dir`. Where /proc tells (Linux), a pid a stale pidfile names
+    that now belongs to another process does not count: redis-server names itself and works in its `--dir`."""
+    if not _alive(pid):
+        return False
+    proc = Path(f"/proc/{pid}")
+    if not proc.is_dir():
+        return True
+    try:
+        return (proc / "comm").read_text().startswith("redis-server") and Path(os.readlink(proc / "cwd")) == data_dir
+    except OSError:
+        return True  # alive but not ours to read: assume the worst
 
 
 def _alive(pid: int) -> bool:

@@ -180,3 +180,15 @@ async def test_stats_count_creates_by_answer_and_live_runs(
         reset = await (await control.delete("/_sim/stats")).json()
         assert reset["creates"] == {} and reset["peak_live"] == reset["live"] <= 2
     await client.aclose()
+
+
+async def test_a_proxy_that_takes_less_answers_its_own_html_413(client: AiohttpHermesClient, sim: Simulator) -> None:
+    # Given a proxy in front of Hermes that takes at most 1 MiB (nginx's default client_max_body_size)
+    sim.settings.proxy_max_body = 1_048_576
+    # When a create is larger, then the answer is the proxy's page, whose text the outcome carries
+    outcome = await client.create(body("x" * 1_048_576))
+    assert outcome == Rejected(
+        413, "Hermes answered HTTP 413: 413 Request Entity Too Large 413 Request Entity Too Large nginx", None
+    )
+    # And a create within it reaches Hermes
+    assert isinstance(await client.create(body("hello")), Accepted)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from attrs import evolve
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -96,13 +97,17 @@ def test_a_score_says_its_priority_and_tag_and_sorts_by_priority_first(priority:
 def test_defaults_come_from_the_configured_source_and_configured_weights_win() -> None:
     plain = SchedulingRequest()
     by_key = FairnessSettings()
-    assert resolve(plain, session_key="u1", session_id="s1", settings=by_key) == Scheduling(fairness_key="u1")
-    assert resolve(plain, session_key=None, session_id="s1", settings=by_key) == Scheduling()
+    default = Scheduling(multitask="enqueue")  # RUNS_SESSION_MULTITASK's default (SPEC S4.3)
+    assert resolve(plain, session_key="u1", session_id="s1", settings=by_key) == evolve(default, fairness_key="u1")
+    assert resolve(plain, session_key=None, session_id="s1", settings=by_key) == default
     by_id = FairnessSettings(default="session_id")
     assert resolve(plain, session_key="u1", session_id="s1", settings=by_id).fairness_key == "s1"
-    assert resolve(plain, session_key="u1", session_id="s1", settings=FairnessSettings(default="none")) == Scheduling()
-    named = SchedulingRequest(priority=1, fairness_key="team", fairness_weight=5)
-    wanted = Scheduling(priority=1, fairness_key="team", fairness_weight=5.0)
+    assert resolve(plain, session_key="u1", session_id="s1", settings=FairnessSettings(default="none")) == default
+    assert resolve(plain, session_key=None, session_id="s1", settings=FairnessSettings(multitask="reject")) == evolve(
+        default, multitask="reject"
+    )
+    named = SchedulingRequest(priority=1, fairness_key="team", fairness_weight=5, multitask="parallel")
+    wanted = Scheduling(priority=1, fairness_key="team", fairness_weight=5.0, multitask="parallel")
     assert resolve(named, session_key="u1", session_id=None, settings=by_key) == wanted
     weighted = FairnessSettings(weights={"team": 2.0, "u1": 0.5})
     assert resolve(named, session_key=None, session_id=None, settings=weighted).fairness_weight == 2.0

@@ -73,3 +73,37 @@ def test_the_run_object_keeps_unknown_fields_in_raw() -> None:
     assert run.usage == {"input_tokens": 11, "output_tokens": 7, "total_tokens": 18}
     assert run.created_at == 1796005747.39 and run.terminal
     assert run.raw["approval"] == {}
+
+
+#: What aiohttp answers when a body passes its `client_max_size` and the handler lets it escape (text/plain).
+AIOHTTP_413 = b"Maximum request body size 1048576 exceeded, actual body size 2097152"
+NGINX_413 = (
+    b"<html>\r\n<head><title>413 Request Entity Too Large</title></head>\r\n<body>\r\n"
+    b"<center><h1>413 Request Entity Too Large</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n"
+)
+
+
+def test_a_rejection_without_the_envelope_carries_the_status_and_the_answers_text() -> None:
+    assert create_outcome(413, {}, AIOHTTP_413) == Rejected(
+        413, f"Hermes answered HTTP 413: {AIOHTTP_413.decode()}", None
+    )
+    assert create_outcome(413, {}, NGINX_413) == Rejected(
+        413, "Hermes answered HTTP 413: 413 Request Entity Too Large 413 Request Entity Too Large nginx", None
+    )
+    assert create_outcome(404, {}, b"404: Not Found\n") == Rejected(
+        404, "Hermes answered HTTP 404: 404: Not Found", None
+    )
+    assert create_outcome(400, {}, b"") == Rejected(400, "Hermes answered HTTP 400 without a body.", None)
+    assert create_outcome(400, {}, b"  \n\t ") == Rejected(400, "Hermes answered HTTP 400 without a body.", None)
+
+
+def test_an_envelope_with_an_empty_message_carries_the_answers_text() -> None:
+    blank = envelope("", "odd")
+    assert create_outcome(400, {}, blank) == Rejected(400, f"Hermes answered HTTP 400: {blank.decode()}", "odd")
+
+
+def test_a_long_answer_is_trimmed_to_500_characters_of_text() -> None:
+    outcome = create_outcome(400, {}, b"\xff" + b"e" * 10_000)  # not even UTF-8
+    assert isinstance(outcome, Rejected)
+    text = outcome.message.removeprefix("Hermes answered HTTP 400: ")
+    assert len(text) == 500 and text.endswith("…") and text.startswith("\ufffdeee")

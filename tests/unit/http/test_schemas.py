@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.errors import InvalidRequest
+from broker.config import Config
+from broker.errors import BodyTooLarge, InvalidRequest
 from broker.events import Context, Link, Reporting
 from broker.http.schemas import _PLAIN_URL, parse_create, url_problem
 from broker.ids import fingerprint
@@ -42,8 +43,11 @@ bodies = st.fixed_dictionaries(
 )
 
 
+MAX_BODY = Config().hermes_max_body
+
+
 def _parse(body: Any, **headers: str) -> CreateRun:
-    return parse_create(orjson.dumps(body), headers)
+    return parse_create(orjson.dumps(body), headers, max_body=MAX_BODY)
 
 
 def test_only_forwarded_fields_reach_the_execution_body() -> None:
@@ -124,7 +128,7 @@ def test_any_object_is_either_a_create_or_a_named_400(body: dict[str, Any]) -> N
 @given(st.binary())
 def test_any_bytes_are_either_a_create_or_a_named_400(raw: bytes) -> None:
     try:
-        parse_create(raw, {})
+        parse_create(raw, {}, max_body=MAX_BODY)
     except InvalidRequest as error:
         assert error.code in CODES
 
@@ -185,3 +189,38 @@ def test_the_plain_url_shortcut_only_takes_urls_the_full_check_takes(url: str) -
 )  # fmt: skip
 def test_common_urls_take_the_shortcut_and_the_rest_the_full_check(url: str, plain: bool) -> None:
     assert bool(_PLAIN_URL.match(url)) is plain
+
+
+def _input_of_size(size: int) -> str:
+    """An input whose execution body `{"input":"..."}` is exactly `size` bytes."""
+    return "x" * (size - len(b'{"input":""}'))
+
+
+def test_an_execution_body_at_the_limit_is_a_create_and_one_byte_more_is_413_naming_the_limit() -> None:
+    assert len(parse_create(orjson.dumps({"input": _input_of_size(1000)}), {}, max_body=1000).body) == 1000
+    with pytest.raises(BodyTooLarge) as caught:
+        parse_create(orjson.dumps({"input": _input_of_size(1001)}), {}, max_body=1000)
+    error = caught.value
+    assert (error.status, error.code, error.type) == (413, "body_too_large", "invalid_request_error")
+    assert "1000 bytes" in caught.value.message and "HERMES_MAX_BODY" in caught.value.message
+    assert "1001" in caught.value.message
+
+
+def test_the_limit_measures_the_body_sent_to_hermes_not_the_request() -> None:
+    # Broker-only and unknown fields are never sent: they do not count
+    padded = {"input": _input_of_size(1000), "context": {"title": "t" * 500}, "ignored": "y" * 5000}
+    assert len(parse_create(orjson.dumps(padded), {}, max_body=1000).body) == 1000
+    # The request's own spelling does not count either: the body is measured as it is serialised for Hermes
+    spaced = b'{ "input" :  "' + _input_of_size(1000).encode() + b'" ,  "model" : null }'
+    assert len(parse_create(spaced, {}, max_body=1000).body) == 1000
+    # Every forwarded field counts
+    with pytest.raises(BodyTooLarge):
+        parse_create(orjson.dumps({"input": _input_of_size(1000), "model": "m"}), {}, max_body=1000)
+    history = [{"role": "user", "content": "h" * 2000}]
+    with pytest.raises(BodyTooLarge):
+        parse_create(orjson.dumps({"input": "hi", "conversation_history": history}), {}, max_body=1000)
+
+
+def test_a_malformed_create_is_a_400_before_its_size_is_judged() -> None:
+    with pytest.raises(InvalidRequest):
+        parse_create(orjson.dumps({"input": 5, "instructions": "i" * 2000}), {}, max_body=1000)

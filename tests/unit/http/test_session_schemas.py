@@ -12,7 +12,7 @@ from broker.http.schemas import parse_create
 
 
 def parse(**fields: Any) -> Any:
-    return parse_create(orjson.dumps({"input": "hi", **fields}), {})
+    return parse_create(orjson.dumps({"input": "hi", **fields}), {}, max_body=1 << 20)
 
 
 @pytest.mark.parametrize("multitask", ["enqueue", "reject", "interrupt", "parallel"])

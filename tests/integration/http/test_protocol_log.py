@@ -1,0 +1,68 @@
+"""What a request aiohttp cannot parse logs (SPEC S6): one warn line of the contract, never an error traceback."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+LIMIT = 8190  # aiohttp's max_line_size and max_field_size
+OURS = "broker.http.protocol.ProtocolErrors"
+
+
+async def _send(client: TestClient[Any, Any], request: bytes) -> int:
+    """Send `request` as is over a fresh connection; the answer's status."""
+    reader, writer = await asyncio.open_connection(client.server.host, client.server.port)
+    writer.write(request)
+    await writer.drain()
+    try:
+        answer = await reader.read()
+    finally:
+        writer.close()
+        await writer.wait_closed()
+    return int(answer.split(b" ")[1])
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status", "code", "error"),
+    [
+        (b"GET /v1/runs/" + b"j" * 9000 + b" HTTP/1.1\r\nHost: b\r\n\r\n", 414, "uri_too_long", "LineTooLong"),
+        (b"GET /v1/runs/x HTTP/1.1\r\nHost: b\r\nReferer: /" + b"r" * 9000 + b"\r\n\r\n", 431, "header_too_large",
+         "LineTooLong"),
+        (b"GET /v1/runs/x HTTP/1.1\r\nHost: b\r\n" + b"".join(b"X-%d: 1\r\n" % i for i in range(200)) + b"\r\n",
+         431, "header_too_large", "BadHttpMessage"),
+        (b"GET /v1/runs/x HTTP/1.1\r\nHost: b\r\nX-Hermes-Session-Key: a\x01b\r\n\r\n", 400, "bad_request",
+         "BadHttpMessage"),
+    ],
+    ids=["uri-414", "header-431", "header-count-431", "control-byte-400"],
+)  # fmt: skip
+async def test_a_request_the_client_got_wrong_logs_one_warn_line_without_a_traceback(
+    client: TestClient[Any, Any], caplog: pytest.LogCaptureFixture, request_bytes: bytes, status: int, code: str,
+    error: str
+) -> None:  # fmt: skip
+    caplog.set_level(logging.DEBUG)
+    # When a request over aiohttp's limits (or with bytes it refuses) arrives
+    assert await _send(client, request_bytes) == status
+    # Then one warn line says so, its fields at the root, without a traceback
+    ours = [record for record in caplog.records if record.name == OURS]
+    assert [(r.levelno, r.getMessage()) for r in ours] == [(logging.WARNING, "Refused a malformed HTTP request.")]
+    [line] = ours
+    assert (line.status, line.code, line.remote, line.error) == (status, code, "127.0.0.1", error)  # type: ignore[attr-defined]
+    assert line.exc_info is None and line.exc_text is None
+    # And nothing else logs it as an error (aiohttp's "Error handling request" with its traceback)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info] == []
+
+
+async def test_a_first_request_that_is_not_http_logs_only_at_debug(
+    client: TestClient[Any, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    # When a TLS handshake (or a port scan) reaches the plain HTTP port
+    assert await _send(client, b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 HTTP/1.1\r\n\r\n") == 400
+    # Then it is one debug line of the contract: the internet's noise, not a warning
+    ours = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == OURS]
+    assert ours == [(logging.DEBUG, "Refused a malformed HTTP request.")]
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info] == []
