@@ -158,7 +158,10 @@ def _redis_context(url: str | None) -> Context:
             affinity=_affinity(app, redis),
         )
         app[conversations_key] = Conversations(
-            SessionStore(redis, retention_ms=config.runs_retention_ms), app[store_key], app[admission_key].enter
+            SessionStore(redis, retention_ms=config.runs_retention_ms),
+            app[store_key],
+            app[admission_key].enter,
+            history_turns=config.runs_session_history_turns,
         )
         board = BoardSettings.from_config(config)
         memory = app[memory_key] = MemoryWatch(redis, config.redis_memory_high)  # creates read its verdict

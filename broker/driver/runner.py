@@ -191,7 +191,10 @@ class Runner:
             snapshot = await self._rerouted(snapshot, self.slot_upstream, *self._moved)
             self._moved = None
         view, deps = snapshot.view, self._deps
-        body = (await self._created()).body
+        created = await self._created()
+        body = created.body.encode()
+        if created.session_history and deps.conversations is not None:  # SPEC S4.3: the session's earlier turns
+            body = await deps.conversations.with_history(view, created)
         since = decide.waiting_since(view, self._turn_since)
         hold = view.hold.reason.value if view.hold is not None else None
         tracing.start(
@@ -199,7 +202,7 @@ class Runner:
         ).end()
         with tracing.within(None, {tracing.ATTEMPT: action.attempt}):
             outcome = await deps.client(self.slot_upstream).create(
-                body.encode(), idempotency_key=action.idempotency_key, session_key=view.session_key
+                body, idempotency_key=action.idempotency_key, session_key=view.session_key
             )
         now, policy = deps.clock.now_ms(), deps.policy
         refused = decide.refusal_of(outcome)
@@ -236,6 +239,8 @@ class Runner:
                 # The job ended (a stop) while Hermes was creating the run: stop the orphan.
                 await deps.client(self.slot_upstream).stop(outcome.run_id)
             else:
+                if self._pump is not None:  # an earlier attempt's stream: closed, not left open beside the new one
+                    await self._pump.close()
                 with self._follow_span.within(action.attempt, outcome.run_id):  # the stream: a child of the follow
                     self._pump = Pump(deps.client(self.slot_upstream), action.attempt, outcome.run_id)
                 self._log.info("Following a Hermes run.", extra={"job": self.job_id, "hermesRun": outcome.run_id})

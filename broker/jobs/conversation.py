@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 
-from broker.events import HoldReason
+import orjson
+
+from broker.events import HoldReason, JobCreated, JobStatus
 from broker.logging import get_logger
 from broker.store.jobs import JobStore
 from broker.store.sessions import SessionStore, Turn
@@ -54,10 +56,11 @@ def recheck_at(turn: Turn, now_ms: int) -> int:
 class Conversations:
     """The sessions' turns as the service and the runners use them."""
 
-    def __init__(self, sessions: SessionStore, jobs: JobStore, enter: Enter) -> None:
+    def __init__(self, sessions: SessionStore, jobs: JobStore, enter: Enter, *, history_turns: int = 50) -> None:
         self.sessions = sessions
         self._jobs = jobs
         self._enter = enter
+        self._history_turns = history_turns  #: RUNS_SESSION_HISTORY_TURNS
         self._log = get_logger(type(self))
 
     async def join(self, view: JobView, now_ms: int) -> None:
@@ -89,7 +92,34 @@ class Conversations:
         if not ordered(view) or not view.status.terminal:
             return
         assert view.session_id is not None
-        await self._release(view.session_id, view.job_id, now_ms)
+        await self._release(view.session_id, view.job_id, now_ms, completed=view.status is JobStatus.COMPLETED)
+
+    async def with_history(self, view: JobView, created: JobCreated) -> bytes:
+        """The execution body a turn with `session_history` sends: its own, with the session's earlier completed
+        turns as `conversation_history` (the same on every attempt)."""
+        if not created.session_history or view.session_id is None:
+            return created.body.encode()
+        turns = await self.sessions.history(view.session_id, view.job_id, self._history_turns)
+        messages: list[object] = []
+        for turn in turns:
+            messages.extend(await self._turn_messages(turn))
+        if not messages:  # the session's first completed turn is yet to come: the body as the caller sent it
+            return created.body.encode()
+        body = orjson.loads(created.body)
+        body["conversation_history"] = messages
+        return orjson.dumps(body)
+
+    async def _turn_messages(self, job_id: str) -> list[object]:
+        """A completed turn as history: its input as the user's (its messages when it gave some), its output as the
+        assistant's. A turn that expired since is left out."""
+        snapshot = await self._jobs.load(job_id)
+        if snapshot is None or snapshot.view.status is not JobStatus.COMPLETED:
+            return []
+        asked = orjson.loads((await self._jobs.created_event(job_id)).body).get("input")
+        messages: list[object] = list(asked) if isinstance(asked, list) else [{"role": "user", "content": asked}]
+        if snapshot.view.output is not None:
+            messages.append({"role": "assistant", "content": snapshot.view.output})
+        return messages
 
     async def ahead_of(self, view: JobView) -> list[str]:
         """The unfinished turns of the job's session that came before it."""
@@ -106,10 +136,13 @@ class Conversations:
         if snapshot is not None and not snapshot.view.status.terminal:
             return False
         self._log.info("Released the session of a turn that had ended.", extra={"job": holder, "session": session_id})
-        await self._release(session_id, holder, now_ms)
+        completed = snapshot is not None and snapshot.view.status is JobStatus.COMPLETED
+        await self._release(session_id, holder, now_ms, completed=completed)
         return True
 
-    async def _release(self, session_id: str, job_id: str, now_ms: int) -> None:
-        handover = await self.sessions.release(session_id, job_id, now_ms)
+    async def _release(self, session_id: str, job_id: str, now_ms: int, *, completed: bool = False) -> None:
+        handover = await self.sessions.release(
+            session_id, job_id, now_ms, completed=completed, history=self._history_turns
+        )
         if handover is not None and handover.place is not None:
             await self._enter(handover.job_id, handover.place)

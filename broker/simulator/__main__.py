@@ -33,7 +33,10 @@ def main(argv: list[str] | None = None) -> None:
         upstream_main=args.upstream_main,
     )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    web.run_app(create_app(settings), host=args.host, port=args.port, print=print, access_log=None)
+    # a stream whose subscriber was dropped (a fault) may still wait: SIGTERM ends the simulator within 2 s anyway
+    web.run_app(
+        create_app(settings), host=args.host, port=args.port, print=print, access_log=None, shutdown_timeout=2.0
+    )
 
 
 if __name__ == "__main__":

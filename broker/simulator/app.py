@@ -124,6 +124,7 @@ async def _create(request: web.Request) -> web.Response:
         parsed = parse_create(body)
     except BodyError as exc:
         return error(400, exc.message, exc.code)
+    request[request_key]["conversation_history"] = given_history(body)  # what the run was given (tests read it)
     run = sim.new_run(session_id=parsed.session_id, model=parsed.model, idempotency_key=key)
     if key is not None:
         sim.idempotency[key] = (fingerprint, run.run_id)
@@ -246,3 +247,9 @@ async def _cancel_runs_on_exit(app: web.Application) -> AsyncIterator[None]:
 
 
 _RETRY = {"Retry-After": "1"}
+
+
+def given_history(body: bytes) -> object:
+    """The create's `conversation_history` as it came (None when absent), for the request log."""
+    payload = json.loads(body)
+    return payload.get("conversation_history") if isinstance(payload, dict) else None

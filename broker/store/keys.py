@@ -46,6 +46,9 @@ hbr:{pN}:session-turns:<S>   zset    session S's unfinished turns in order (SPEC
 hbr:{pN}:session-state:<S>   hash    `since`: when the first turn got the session;      as session-turns
                                      `p:<J>`: where a turn that waits for it left the
                                      line (it is out of the line until its turn)
+                                     `h:<J>`: the earlier turns J sends as its history
+hbr:{pN}:session-history:<S> list    the session's latest completed turns (job ids)    RUNS_RETENTION from its
+                                                                                       last write; a turn's end
 hbr:{pN}:sessions            hash    `waiting`: the partition's turns waiting for       none; as session-turns
                                      their session (SPEC S4.3: /readyz)
 hbr:{pN}:scratch             stream  a job stream's compacted copy, renamed over it    exists only inside a job write
@@ -257,6 +260,11 @@ def session_turns(session_id: str) -> str:
 def session_state(session_id: str) -> str:
     """When a session's first turn got it, and where its waiting turns left the line (SPEC S4.3)."""
     return f"{_tag(session_partition(session_id))}:session-state:{session_id}"
+
+
+def session_history(session_id: str) -> str:
+    """A session's latest completed turns, oldest first (SPEC S4.3 `session_history`)."""
+    return f"{_tag(session_partition(session_id))}:session-history:{session_id}"
 
 
 def sessions(partition: int) -> str:

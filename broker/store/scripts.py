@@ -53,6 +53,7 @@ NAMES = (
     "upstream_probe",
     "session_turn",
     "session_release",
+    "session_history",
 )
 
 
@@ -94,6 +95,7 @@ class Scripts:
         self.line_figures: AsyncScript = redis.register_script(source("line_figures"))
         self.session_turn: AsyncScript = redis.register_script(source("session_turn"))
         self.session_release: AsyncScript = redis.register_script(source("session_release"))
+        self.session_history: AsyncScript = redis.register_script(source("session_history"))
 
     async def run(
         self,

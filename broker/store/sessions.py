@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import cast
 
+import orjson
 from attrs import frozen
 from redis.asyncio import Redis
 
@@ -62,16 +63,31 @@ class SessionStore:
             return Turn(True, since_ms=int(text(reply[1])))
         return Turn(False, holder=text(reply[1]), ahead=int(cast(int, reply[2])))
 
-    async def release(self, session_id: str, job_id: str, now_ms: int) -> Handover | None:
-        """The turn ended: it leaves the session; the next turn, if this one held the session, gets it."""
+    async def release(
+        self, session_id: str, job_id: str, now_ms: int, *, completed: bool = False, history: int = 50
+    ) -> Handover | None:
+        """The turn ended: it leaves the session; the next turn, if this one held the session, gets it. A turn that
+        `completed` joins the session's history (the latest `history` are kept)."""
         reply = cast(
             list[object],
-            await self._scripts.session_release(keys=self._keys(session_id), args=[job_id, now_ms, self._retention_ms]),
+            await self._scripts.session_release(
+                keys=[*self._keys(session_id), keys.session_history(session_id)],
+                args=[job_id, now_ms, self._retention_ms, "1" if completed else "0", max(history, 1)],
+            ),
         )
         if not reply:
             return None
         place = text(reply[1])
         return Handover(text(reply[0]), place or None)
+
+    async def history(self, session_id: str, job_id: str, most: int) -> list[str]:
+        """The earlier completed turns the turn sends as its history, oldest first: chosen at its first create (the
+        latest `most`), the same ones afterwards."""
+        reply = await self._scripts.session_history(
+            keys=[keys.session_state(session_id), keys.session_history(session_id)],
+            args=[job_id, max(most, 1), self._retention_ms],
+        )
+        return [str(item) for item in orjson.loads(text(reply))]
 
     async def holders(self, session_ids: Sequence[str]) -> dict[str, str | None]:
         """The turn holding each session (None: no ordered turn is unfinished), in one pipeline."""

@@ -184,3 +184,76 @@ def test_a_replica_killed_while_its_turn_holds_the_session_hands_it_on_through_t
     assert [job(survivor, job_id)["status"] for job_id in turns] == ["completed"] * 3
     assert_one_at_a_time(survivor, turns)
     assert sorted(simulator.creates()) == sorted(f"{job_id}" for job_id in turns)
+
+
+def sent_histories(simulator: SimulatorProcess) -> dict[str, Any]:
+    """The `conversation_history` of every create Hermes got, by its Idempotency-Key (`<job>` or `<job>#<n>`)."""
+    with urllib.request.urlopen(f"{simulator.url}/_sim/requests", timeout=5) as answer:
+        requests = json.loads(answer.read())["requests"]
+    return {
+        r["idempotency_key"]: r.get("conversation_history")
+        for r in requests
+        if r["method"] == "POST" and r["path"] == "/v1/runs" and r["status"] == 202
+    }
+
+
+def test_session_history_sends_the_earlier_completed_turns_and_the_same_on_a_resubmit(
+    start_broker: BrokerFactory, clean_store: Store, simulator: SimulatorProcess
+) -> None:
+    broker = start_broker(redis_url=clean_store.url, **clean_store.variables, **FAST, HERMES_URL=simulator.url)
+    # Given a session whose first turn completed, and whose second was stopped
+    first = create(broker, "What is 2+2?", "s-h")[1]["run_id"]
+    until(lambda: ended(broker, [first]), 15, "the first turn ended")
+    answer = job(broker, first)["output"]
+    assert answer
+    stopped = create(broker, "never mind sleep:30", "s-h")[1]["run_id"]
+    until(lambda: job(broker, stopped)["status"] == "running", 10, "the second turn runs")
+    assert broker.request("POST", f"/v1/runs/{stopped}/stop")[0] in (200, 202)
+    # When a third turn asks for the session's history, and its run is lost once (a resubmit)
+    body = {"input": "And times 3? sleep:1", "session_id": "s-h", "session_history": True}
+    status, third = broker.request("POST", "/v1/runs", body)
+    assert status == 202
+    running = until(lambda: (view := job(broker, third["run_id"]))["status"] == "running" and view, 15, "it runs")
+    request = urllib.request.Request(
+        f"{simulator.url}/_sim/runs/{running['hermes_run_id']}/interrupt",
+        data=json.dumps({"forget": True}).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
+    urllib.request.urlopen(request, timeout=5).close()
+    until(lambda: ended(broker, [third["run_id"]]), 20, "the third turn ended")
+    assert job(broker, third["run_id"])["attempts"] == 2
+    # Then Hermes got the completed turn as history, the stopped one left out, the same on both attempts
+    expected = [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": answer}]
+    histories = sent_histories(simulator)
+    assert histories[third["run_id"]] == expected
+    assert histories[f"{third['run_id']}#2"] == expected
+    # And the turns without it got none, and the job's own input is unchanged
+    assert histories[first] is None and histories[stopped] is None
+    assert job(broker, third["run_id"])["status"] == "completed"
+
+
+def test_session_history_from_the_environment_applies_where_it_can_and_an_explicit_conflict_is_400(
+    start_broker: BrokerFactory, clean_store: Store, simulator: SimulatorProcess
+) -> None:
+    env = {**FAST, "HERMES_URL": simulator.url, "RUNS_SESSION_HISTORY": "true", "RUNS_SESSION_HISTORY_TURNS": "1"}
+    broker = start_broker(redis_url=clean_store.url, **clean_store.variables, **env)
+    # Given two completed turns of a session
+    turns = [create(broker, f"turn {n}", "s-e")[1]["run_id"] for n in range(2)]
+    until(lambda: ended(broker, turns), 15, "both turns ended")
+    # When a third turn comes without asking, and a sessionless job
+    third = create(broker, "turn 2", "s-e")[1]["run_id"]
+    alone = create(broker, "alone")[1]["run_id"]
+    until(lambda: ended(broker, [third, alone]), 15, "both ended")
+    # Then the third got only the latest turn (RUNS_SESSION_HISTORY_TURNS=1), the sessionless job nothing
+    histories = sent_histories(simulator)
+    latest = job(broker, turns[1])["output"]
+    assert histories[third] == [{"role": "user", "content": "turn 1"}, {"role": "assistant", "content": latest}]
+    assert histories[turns[0]] is None and histories[alone] is None
+    # And an explicit session_history with a turn that is not enqueued is refused, naming the conflict
+    status, answer = broker.request(
+        "POST",
+        "/v1/runs",
+        {"input": "x", "session_id": "s-e", "session_history": True, "scheduling": {"multitask": "parallel"}},
+    )
+    assert status == 400 and answer["error"]["code"] == "invalid_field" and "enqueue" in answer["error"]["message"]

@@ -307,7 +307,8 @@ async def _session_turns(redis: Redis) -> object:
     store = SessionStore(redis, retention_ms=60_000)
     await store.join("s-1", JOB, 1_000)
     await store.check("s-1", "job_2", 1_001, "5")
-    return await store.release("s-1", JOB, 1_002)
+    await store.history("s-1", "job_2", 10)
+    return await store.release("s-1", JOB, 1_002, completed=True)
 
 
 SINGLE_SLOT: list[tuple[str, Operation]] = [
@@ -342,7 +343,7 @@ SINGLE_SLOT: list[tuple[str, Operation]] = [
     ("reindex_job", _reindex),
     ("listing read of one status", _list_one_status),
     ("listing read over two statuses", _list_statuses),
-    ("session_turn + session_release (a session's turns, SPEC S4.3)", _session_turns),
+    ("session_turn + session_history + session_release (a session's turns, SPEC S4.3)", _session_turns),
 ]
 
 #: The scripts each operation above runs (every script of the store must be covered).
@@ -352,7 +353,7 @@ COVERED = {
     "admission_requeue", "admission_enter", "admission_fair_clear", "admission_ties", "fair_turn",
     "replace_view", "remove_deltas", "board_ack", "board_promote", "release_lock",
     "reindex_job", "upstream_heard", "upstream_probe", "line_figures", "fair_top_repair", "session_turn",
-    "session_release",
+    "session_release", "session_history",
 }  # fmt: skip
 
 
