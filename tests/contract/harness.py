@@ -131,9 +131,12 @@ class RealTarget(Target):
         self.scratch.mkdir()
         llm_port = free_port()
         stub_log = workdir / "stub-llm.log"
+        self.llm_calls_path = workdir / "llm-calls.jsonl"  #: every agent call the stub LLM answered (stub_llm.py)
         with stub_log.open("wb") as log:
             self._stub = subprocess.Popen(
-                [sys.executable, str(STUB_LLM), str(llm_port), str(self.scratch)], stdout=log, stderr=subprocess.STDOUT
+                [sys.executable, str(STUB_LLM), str(llm_port), str(self.scratch), str(self.llm_calls_path)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
             )
         self._hermes: subprocess.Popen[bytes] | None = None
         try:

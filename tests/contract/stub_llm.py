@@ -7,6 +7,9 @@ own turns; auxiliary calls such as titles always get the plain answer at once):
 - `fail:NNN`: the call answers HTTP NNN (use a 4xx: Hermes retries 5xx);
 - `approval`: the first turn calls the `terminal` tool with `rm -rf <scratch dir>`, which Hermes gates;
 - `tools:K`: the first K turns call `terminal` with a harmless `echo`.
+
+With a third argument (a file path) every agent call is logged there as one JSON line: when it began and ended
+(epoch seconds) and the messages it got (the contract tests read what the LLM saw of a conversation).
 """
 
 from __future__ import annotations
@@ -25,12 +28,15 @@ ANSWER = ("Hello ", "from ", "the ", "stub ", "LLM.")
 USAGE = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
 
 scratch_key = web.AppKey("scratch", str)
+calls_key = web.AppKey("calls", str)
 
 
-def create_app(scratch_dir: str) -> web.Application:
-    """`scratch_dir` is what the `approval` marker asks the agent to delete (it survives a deny)."""
+def create_app(scratch_dir: str, calls_path: str = "") -> web.Application:
+    """`scratch_dir` is what the `approval` marker asks the agent to delete (it survives a deny); `calls_path`: where
+    agent calls are logged ('': nowhere)."""
     app = web.Application()
     app[scratch_key] = scratch_dir
+    app[calls_key] = calls_path
     app.router.add_post("/v1/chat/completions", _chat)
     app.router.add_get("/v1/models", _models)
     return app
@@ -41,7 +47,18 @@ async def _models(request: web.Request) -> web.Response:
 
 
 async def _chat(request: web.Request) -> web.StreamResponse:
+    began = time.time()
     body = await request.json()
+    try:
+        return await _answer(request, body)
+    finally:
+        path = request.app[calls_key]
+        if path and body.get("tools"):
+            with open(path, "a") as calls:
+                calls.write(json.dumps({"start": began, "end": time.time(), "messages": body.get("messages")}) + "\n")
+
+
+async def _answer(request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
     messages: list[dict[str, Any]] = body.get("messages") or []
     text = _last_user_text(messages)
     agent_turn = bool(body.get("tools"))
@@ -143,4 +160,5 @@ def _chunks(command: str | None) -> Iterator[dict[str, Any]]:
 if __name__ == "__main__":
     import sys
 
-    web.run_app(create_app(sys.argv[2] if len(sys.argv) > 2 else "/tmp/stub-scratch"), port=int(sys.argv[1]))
+    scratch = sys.argv[2] if len(sys.argv) > 2 else "/tmp/stub-scratch"
+    web.run_app(create_app(scratch, sys.argv[3] if len(sys.argv) > 3 else ""), port=int(sys.argv[1]))
