@@ -120,3 +120,24 @@ async def test_a_turn_whose_create_answer_was_lost_keeps_its_session_when_its_ho
         await asyncio.sleep(0.2)
     assert any(run.idempotency_key == first for run in sim.runs.values())
     assert peak[0] == 1, f"{peak[0]} runs of session s-expired were live on Hermes at once"
+
+
+async def test_a_turn_that_runs_longer_than_runs_retention_still_holds_its_session(
+    make_replica: ClientFactory, sim: Simulator
+) -> None:
+    # Given a broker that keeps ended jobs 1.5 s (RUNS_RETENTION), and a session's only turn whose run takes 4 s
+    replica = await make_replica(runs_retention_ms=1_500)
+    async with overlap_watch(sim, "s-long") as peak:
+        first = (await create(replica, {"input": "first sleep:4", "session_id": "s-long"}))["run_id"]
+        await eventually(lambda: _status(replica, first, "running"))
+        # When the next turn is created after RUNS_RETENTION has passed without another write to the session
+        await asyncio.sleep(2.0)
+        second = (await create(replica, {"input": "second sleep:0.5", "session_id": "s-long"}))["run_id"]
+        # Then it waits for the first turn (a live turn's session is never released by a timer, SPEC S4.3)
+        await settled(replica, second, timeout=20)
+        assert (await job(replica, first))["status"] == "completed"
+    assert peak[0] == 1, f"{peak[0]} runs of session s-long were live on Hermes at once"
+
+
+async def _status(client: TestClient[Any, Any], job_id: str, status: str) -> bool:
+    return bool((await job(client, job_id))["status"] == status)
