@@ -118,7 +118,7 @@ class JobService:
         view = outcome.snapshot.view
         if self._conversations is not None and ordered(view):  # a replay too: its create may have died before this
             await self._conversations.join(view, event.at_ms)
-            if outcome.created and view.scheduling.multitask == "interrupt":
+            if view.scheduling.multitask == "interrupt":  # a replay too (stopping a stopped turn changes nothing)
                 await self._interrupt(view)
         if outcome.created:
             self._metrics.jobs_created.inc()

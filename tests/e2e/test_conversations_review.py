@@ -1,0 +1,41 @@
+"""Adversarial review of a conversation's turns (SPEC S4.3) across replica processes: a rolling upgrade, with a
+replica of the broker before S4.3 driving jobs beside a new one on the same store."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import BrokerFactory, SimulatorProcess, Store, older_broker, until
+from tests.e2e.test_conversations import create, ended, job, timeline
+from tests.e2e.test_takeover import FAST
+
+#: main just before S4.3 (conversations) landed
+MAIN_BEFORE_CONVERSATIONS = "7429c40"
+
+
+@pytest.fixture(scope="module")
+def old_broker(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return older_broker(MAIN_BEFORE_CONVERSATIONS, tmp_path_factory.mktemp("before-conversations"))
+
+
+def test_an_older_replica_beside_a_new_one_never_runs_two_turns_of_a_session_at_once(
+    start_broker: BrokerFactory, clean_store: Store, simulator: SimulatorProcess, old_broker: Path
+) -> None:
+    # Given a replica of the broker before S4.3 and a new one, driving jobs on the same store (a rolling upgrade)
+    env = {**FAST, "HERMES_URL": simulator.url, "RUNS_LEASE": "1500"}
+    old = start_broker(redis_url=clean_store.url, cwd=old_broker, **clean_store.variables, **env)
+    new = start_broker(redis_url=clean_store.url, **clean_store.variables, **env)
+    # When the new replica takes six turns of one session (multitask enqueue, its default)
+    turns = [create(new, f"turn {i} sleep:0.5", "s-roll")[1]["run_id"] for i in range(6)]
+    until(lambda: ended(new, turns), 60, "every turn ended")
+    # Then each turn ran after the one before it had ended, whichever replica drove it
+    assert {job(new, job_id)["status"] for job_id in turns} == {"completed"}
+    times = [timeline(new, job_id) for job_id in turns]
+    for (_, before_end), (after_start, _) in itertools.pairwise(times):
+        assert after_start >= before_end, times
+    # and each still shows the strategy it was created with (an older replica's writes keep what it cannot read)
+    assert [job(new, job_id)["scheduling"]["multitask"] for job_id in turns] == ["enqueue"] * 6
+    assert old.process is not None

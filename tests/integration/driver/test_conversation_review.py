@@ -1,0 +1,143 @@
+"""Adversarial review of a conversation's turns (SPEC S4.3) against the simulator over real HTTP and real Redis:
+each test is a way two turns of one session overlap on Hermes, or a turn waits longer than it should."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+from redis.asyncio import Redis
+
+from broker.simulator.app import create_app as create_simulator
+from broker.simulator.state import Settings, Simulator
+from tests.integration.conftest import ClientFactory
+from tests.integration.driver.conftest import create, eventually, job, settled
+
+
+class _Hermes(TestServer):
+    """The simulator as a real Hermes is served: a create whose caller hung up still runs to its end (aiohttp's test
+    server would cancel it), so a create whose answer was lost still starts its run."""
+
+    async def _make_runner(self, **kwargs: Any) -> Any:
+        kwargs["handler_cancellation"] = False
+        return await super()._make_runner(**kwargs)
+
+
+#: seconds Hermes takes to answer a create after it started the run (the answer a short HERMES_TIMEOUT loses)
+ANSWER_LAG = {"s": 0.0}
+
+
+@web.middleware
+async def _late_answers(request: web.Request, handler: Any) -> web.StreamResponse:
+    response = await handler(request)
+    if request.method == "POST" and request.path == "/v1/runs" and ANSWER_LAG["s"] > 0:
+        await asyncio.sleep(ANSWER_LAG["s"])
+    return response
+
+
+@pytest.fixture
+async def hermes_server() -> AsyncIterator[TestServer]:
+    app = create_simulator(Settings(step_s=0.01, events_wait_s=0.2))
+    app.middlewares.append(_late_answers)
+    ANSWER_LAG["s"] = 0.0
+    server = _Hermes(app)
+    await server.start_server()
+    yield server
+    await server.close()
+
+
+@contextlib.asynccontextmanager
+async def overlap_watch(sim: Simulator, session: str) -> AsyncIterator[list[int]]:
+    """Samples Hermes's live runs of `session` every 10 ms; yields [the most seen live at once]."""
+    peak = [0]
+
+    async def watch() -> None:
+        while True:
+            live = sum(1 for run in sim.runs.values() if run.session_id == session and not run.terminal)
+            peak[0] = max(peak[0], live)
+            await asyncio.sleep(0.01)
+
+    task = asyncio.create_task(watch())
+    try:
+        yield peak
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def held(client: TestClient[Any, Any], job_id: str, reason: str) -> dict[str, Any] | None:
+    view = await job(client, job_id)
+    return view if (view.get("hold") or {}).get("reason") == reason else None
+
+
+async def test_a_stopped_turn_whose_create_answer_was_lost_keeps_its_session_until_hermes_answered(
+    make_replica: ClientFactory, sim: Simulator
+) -> None:
+    # Given a Hermes that honours Idempotency-Key and answers a create 1 s after it started the run, and a broker that waits 300 ms
+    sim.settings.upstream_main = True
+    ANSWER_LAG["s"] = 1.0
+    replica = await make_replica(hermes_timeout_ms=300)
+    async with overlap_watch(sim, "s-lost") as peak:
+        first = (await create(replica, {"input": "first sleep:3", "session_id": "s-lost"}))["run_id"]
+        second = (await create(replica, {"input": "second sleep:1", "session_id": "s-lost"}))["run_id"]
+        # When the first turn's create got no answer (Hermes starts its run anyway, a little later)
+        await eventually(lambda: held(replica, first, "unavailable"), timeout=10)
+        ANSWER_LAG["s"] = 0.0
+        # and the caller stops the first turn while it holds (queued: it is cancelled at once)
+        answer = await replica.post(f"/v1/runs/{first}/stop")
+        assert answer.status == 200
+        # Then the second turn still never runs beside the first turn's run on Hermes (SPEC S4.3: "the session
+        # stays held until Hermes answered for that run or the upstream is lost")
+        assert (await settled(replica, second, timeout=20))["status"] == "completed"
+        await asyncio.sleep(0.2)
+    assert any(run.session_id == "s-lost" and run.idempotency_key == first for run in sim.runs.values())
+    assert peak[0] == 1, f"{peak[0]} runs of session s-lost were live on Hermes at once"
+
+
+async def test_a_turn_whose_create_answer_was_lost_keeps_its_session_when_its_hold_expires(
+    make_replica: ClientFactory, sim: Simulator
+) -> None:
+    # Given a Hermes that honours Idempotency-Key and answers a create 1 s after it started the run, a broker that
+    # waits 300 ms for it, and a short RUNS_HOLD
+    sim.settings.upstream_main = True
+    ANSWER_LAG["s"] = 1.0
+    replica = await make_replica(hermes_timeout_ms=300, runs_hold_ms=1_500)
+    async with overlap_watch(sim, "s-expired") as peak:
+        first = (await create(replica, {"input": "first sleep:4", "session_id": "s-expired"}))["run_id"]
+        second = (await create(replica, {"input": "second sleep:1", "session_id": "s-expired"}))["run_id"]
+        # When no answer to the first turn's creates arrives before its hold expires (its run is live on Hermes)
+        ended = await settled(replica, first, timeout=10)
+        assert ended["error"]["code"] == "hold_expired", ended
+        ANSWER_LAG["s"] = 0.0
+        # Then the second turn does not run beside the first turn's run while Hermes has not answered for it
+        await settled(replica, second, timeout=20)
+        await asyncio.sleep(0.2)
+    assert any(run.idempotency_key == first for run in sim.runs.values())
+    assert peak[0] == 1, f"{peak[0]} runs of session s-expired were live on Hermes at once"
+
+
+async def test_a_turn_that_runs_longer_than_runs_retention_still_holds_its_session(
+    make_replica: ClientFactory, sim: Simulator
+) -> None:
+    # Given a broker that keeps ended jobs 1.5 s (RUNS_RETENTION), and a session's only turn whose run takes 4 s
+    replica = await make_replica(runs_retention_ms=1_500)
+    async with overlap_watch(sim, "s-long") as peak:
+        first = (await create(replica, {"input": "first sleep:4", "session_id": "s-long"}))["run_id"]
+        await eventually(lambda: _status(replica, first, "running"))
+        # When the next turn is created after RUNS_RETENTION has passed without another write to the session
+        await asyncio.sleep(2.0)
+        second = (await create(replica, {"input": "second sleep:0.5", "session_id": "s-long"}))["run_id"]
+        # Then it waits for the first turn (a live turn's session is never released by a timer, SPEC S4.3)
+        await settled(replica, second, timeout=20)
+        assert (await job(replica, first))["status"] == "completed"
+    assert peak[0] == 1, f"{peak[0]} runs of session s-long were live on Hermes at once"
+
+
+async def _status(client: TestClient[Any, Any], job_id: str, status: str) -> bool:
+    return bool((await job(client, job_id))["status"] == status)
