@@ -162,6 +162,8 @@ def _redis_context(url: str | None) -> Context:
             app[store_key],
             app[admission_key].enter,
             history_turns=config.runs_session_history_turns,
+            client_of=app[fleet_key].client_or_first,
+            lost=app[admission_key].lost,
         )
         board = BoardSettings.from_config(config)
         memory = app[memory_key] = MemoryWatch(redis, config.redis_memory_high)  # creates read its verdict

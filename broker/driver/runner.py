@@ -27,7 +27,7 @@ from broker.events import JobCreated, JobEvent, JobRerouted
 from broker.hermes.client import HermesClient
 from broker.hermes.fleet import Fleet
 from broker.hermes.models import Accepted, HermesEvent, HermesRun, NotFound
-from broker.jobs.conversation import Conversations, recheck_at, waits
+from broker.jobs.conversation import ANSWER_RECHECK_MS, Conversations, recheck_at, waits
 from broker.jobs.policy import Policy
 from broker.jobs.writer import Writer
 from broker.logging import get_logger
@@ -46,6 +46,9 @@ class Ending(StrEnum):
     PARKED = "parked"  #: the runner failed; the schedule retries the job soon
     LOST = "lost"  #: another replica owns the lease now
     PARKED_FOR_SESSION = "session"  #: an earlier turn of its session holds it (SPEC S4.3): out of the line until then
+    #: it ended, but its last create got no answer and Hermes has not answered for that run yet: its session stays
+    #: held (SPEC S4.3) and it is looked at again at `recheck_at`
+    SETTLING = "settling"
 
 
 @define(kw_only=True)
@@ -154,9 +157,11 @@ class Runner:
                         await self._deps.gate.release(self.job_id, freed=self.ran, upstream=self.slot_upstream)
                         self.has_slot = False
                     await self._remember_session(view)  # RUNS_RETENTION after its last job
-                    if self._deps.conversations is not None:  # the next turn of its session goes now
-                        await self._deps.conversations.ended(view, self._deps.clock.now_ms())
-                    return Ending.FINISHED
+                    conversations, now = self._deps.conversations, self._deps.clock.now_ms()
+                    if conversations is not None and not await conversations.ended(view, now):
+                        self.recheck_at = now + ANSWER_RECHECK_MS
+                        return Ending.SETTLING
+                    return Ending.FINISHED  # the next turn of its session goes now
                 case Append(events=events):
                     snapshot = await self._append_decided(snapshot, list(events))
                 case Queue():

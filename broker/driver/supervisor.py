@@ -243,7 +243,7 @@ class Supervisor:
             return
         job_id, gate = runner.job_id, self._deps.gate
         try:
-            if ending is Ending.PARKED_FOR_SESSION:  # out of the line until its turn; its slot goes to the next job
+            if ending in (Ending.PARKED_FOR_SESSION, Ending.SETTLING):  # out of the line; its slot goes to the next job
                 if runner.has_slot:
                     await gate.release(job_id, freed=False, upstream=runner.slot_upstream)
                 due_at = runner.recheck_at

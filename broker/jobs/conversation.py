@@ -10,11 +10,16 @@ it), so a crash between a turn's end and its release delays the next turn, never
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
 import orjson
 
 from broker.events import HoldReason, JobCreated, JobStatus
+from broker.hermes.client import HermesClient
+from broker.hermes.fleet import ClientOf
+from broker.hermes.models import Accepted, HermesRun, NotFound, Rejected
+from broker.ids import upstream_key
 from broker.logging import get_logger
 from broker.store.jobs import JobStore
 from broker.store.sessions import SessionStore, Turn
@@ -26,8 +31,16 @@ RECHECK_MS = 30_000
 RECHECK_BEHIND_MS = 300_000
 #: Ended holders one check releases at most (each was a crash between an end and its release).
 MAX_REPAIRS = 8
+#: A `reject` turn takes its place before its job is stored; a holder without a job is taken for one whose create
+#: died only this long after it took its place (its create has long been answered or failed by then).
+ON_ITS_WAY_MS = 60_000
+#: How long the end of a turn whose create answer was lost waits for its run, found and stopped, to settle; and
+#: when its runner looks again if Hermes did not answer.
+SETTLE_WAIT_S = 5.0
+ANSWER_RECHECK_MS = 2_000
 
 Enter = Callable[[str, str], Awaitable[None]]  #: puts a waiting job back in the admission line at its place
+Lost = Callable[[str | None, int], Awaitable[bool]]  #: has the upstream answered nothing for HERMES_UPSTREAM_LOST?
 
 
 def ordered(view: JobView) -> bool:
@@ -56,11 +69,22 @@ def recheck_at(turn: Turn, now_ms: int) -> int:
 class Conversations:
     """The sessions' turns as the service and the runners use them."""
 
-    def __init__(self, sessions: SessionStore, jobs: JobStore, enter: Enter, *, history_turns: int = 50) -> None:
+    def __init__(
+        self,
+        sessions: SessionStore,
+        jobs: JobStore,
+        enter: Enter,
+        *,
+        history_turns: int = 50,
+        client_of: ClientOf | None = None,
+        lost: Lost | None = None,
+    ) -> None:
         self.sessions = sessions
         self._jobs = jobs
         self._enter = enter
         self._history_turns = history_turns  #: RUNS_SESSION_HISTORY_TURNS
+        self._client_of = client_of  #: the upstreams' clients: a turn whose create answer was lost is looked up there
+        self._lost = lost
         self._log = get_logger(type(self))
 
     async def join(self, view: JobView, now_ms: int) -> None:
@@ -69,12 +93,16 @@ class Conversations:
             assert view.session_id is not None
             await self.sessions.join(view.session_id, view.job_id, now_ms)
 
-    async def holder(self, session_id: str, now_ms: int) -> str | None:
-        """The unfinished turn that holds the session, if any (ended holders are released on the way)."""
+    async def take_unless_held(self, session_id: str, job_id: str, now_ms: int) -> str | None:
+        """multitask reject: the new turn takes the session, before its job is stored, unless an unfinished turn
+        holds it: that turn is answered (ended holders are released on the way). One script decides, so two rejecting
+        creates of an idle session never both get it."""
+        holder: str | None = None
         for _ in range(MAX_REPAIRS):
-            holder = (await self.sessions.holders([session_id]))[session_id]
-            if holder is None or not await self._repaired(session_id, holder, now_ms):
-                return holder
+            turn = await self.sessions.join_unless_held(session_id, job_id, now_ms)
+            holder = turn.holder
+            if not turn.refused or holder is None or not await self._repaired(session_id, holder, now_ms):
+                return holder if turn.refused else None
         return holder
 
     async def check(self, view: JobView, now_ms: int, place: str) -> Turn:
@@ -87,12 +115,18 @@ class Conversations:
             turn = await self.sessions.check(view.session_id, view.job_id, now_ms, place)
         return turn
 
-    async def ended(self, view: JobView, now_ms: int) -> None:
-        """The turn ended: the next one of its session gets it, back in the line at its place."""
+    async def ended(self, view: JobView, now_ms: int, *, look_up: bool = True) -> bool:
+        """The turn ended: the next one of its session gets it, back in the line at its place. A turn whose last
+        create got no answer may have a run live on Hermes: it keeps the session until Hermes answered for that run
+        (it is looked up and stopped; not with `look_up` off, then a later check does) or its upstream is lost.
+        False: it still holds the session for that reason, and is to be looked at again."""
         if not ordered(view) or not view.status.terminal:
-            return
+            return True
         assert view.session_id is not None
+        if view.unanswered_on is not None and not (look_up and await self._answered(view, now_ms)):
+            return False
         await self._release(view.session_id, view.job_id, now_ms, completed=view.status is JobStatus.COMPLETED)
+        return True
 
     async def with_history(self, view: JobView, created: JobCreated) -> bytes:
         """The execution body a turn with `session_history` sends: its own, with the session's earlier completed
@@ -133,12 +167,46 @@ class Conversations:
         """True when the holder had ended (or expired) and is released now: it crashed between its end and its
         release."""
         snapshot = await self._jobs.load(holder)
-        if snapshot is not None and not snapshot.view.status.terminal:
+        if snapshot is None:
+            on_its_way = await self.sessions.on_its_way(session_id, holder)
+            if on_its_way is not None and now_ms - on_its_way < ON_ITS_WAY_MS:
+                return False  # a rejecting create between its place and its job
+        elif not snapshot.view.status.terminal:
+            return False
+        elif snapshot.view.unanswered_on is not None and not await self._answered(snapshot.view, now_ms):
             return False
         self._log.info("Released the session of a turn that had ended.", extra={"job": holder, "session": session_id})
         completed = snapshot is not None and snapshot.view.status is JobStatus.COMPLETED
         await self._release(session_id, holder, now_ms, completed=completed)
         return True
+
+    async def _answered(self, view: JobView, now_ms: int) -> bool:
+        """Has Hermes answered for the run the turn's last create may have started? Its create is sent again with
+        the same Idempotency-Key: a run it started is answered (and stopped, and awaited until it settled), else
+        Hermes says no run came of it. True too once its upstream is lost (SPEC S10)."""
+        if self._client_of is None:
+            return True
+        client = self._client_of(view.unanswered_on)
+        body = await self.with_history(view, await self._jobs.created_event(view.job_id))
+        key = upstream_key(view.job_id, view.attempt)
+        outcome = await client.create(body, idempotency_key=key, session_key=view.session_key)
+        if isinstance(outcome, Accepted):
+            await client.stop(outcome.run_id)
+            return await self._settles(client, outcome.run_id)
+        if isinstance(outcome, Rejected):
+            return True  # Hermes refused that body outright: no run came of it
+        return self._lost is not None and await self._lost(view.unanswered_on, now_ms)
+
+    @staticmethod
+    async def _settles(client: HermesClient, run_id: str) -> bool:
+        deadline = asyncio.get_running_loop().time() + SETTLE_WAIT_S
+        while True:
+            run = await client.get(run_id)
+            if isinstance(run, NotFound) or (isinstance(run, HermesRun) and run.terminal):
+                return True
+            if asyncio.get_running_loop().time() >= deadline:
+                return False  # a later check looks again
+            await asyncio.sleep(0.1)
 
     async def _release(self, session_id: str, job_id: str, now_ms: int, *, completed: bool = False) -> None:
         handover = await self.sessions.release(

@@ -37,6 +37,7 @@ from broker.store import signals
 from broker.store.admission import AdmissionStore
 from broker.store.jobs import Snapshot
 from broker.store.outage import is_outage
+from broker.store.scripts import ring_work
 from projections.job import Hold, JobView
 
 
@@ -90,13 +91,14 @@ class JobService:
             session_id=request.session_id,
             settings=self._fairness,
         )
+        job_id, now = job_id_for_key(key) if key else new_job_id(), self._clock.now_ms()
         if self._conversations is None:
             scheduling = evolve(scheduling, multitask="parallel")
         elif scheduling.multitask == "reject" and request.session_id is not None:
-            await self._reject_if_busy(request, request.session_id)
+            await self._take_unless_held(request, request.session_id, job_id, now)
         event = JobCreated(
-            job_id=job_id_for_key(key) if key else new_job_id(),
-            at_ms=self._clock.now_ms(),
+            job_id=job_id,
+            at_ms=now,
             body=request.body.decode(),
             fingerprint=request.fingerprint,
             idempotency_key=key,
@@ -140,14 +142,14 @@ class JobService:
         body = orjson.loads(request.body)
         return "conversation_history" not in body and "previous_response_id" not in body
 
-    async def _reject_if_busy(self, request: CreateRun, session_id: str) -> None:
-        """multitask `reject` (SPEC S4.3): 409 while an earlier turn of the session is queued or live; a replay of
-        an accepted Idempotency-Key is still answered with its job."""
+    async def _take_unless_held(self, request: CreateRun, session_id: str, job_id: str, now_ms: int) -> None:
+        """multitask `reject` (SPEC S4.3): 409 while an earlier turn of the session is queued or live, nothing
+        stored; else the turn takes the session before its job is stored. A replay of an accepted Idempotency-Key is
+        still answered with its job."""
         assert self._conversations is not None
-        key = request.idempotency_key
-        if key is not None and await self._writer.store.load(job_id_for_key(key)) is not None:
+        if request.idempotency_key is not None and await self._writer.store.load(job_id) is not None:
             return
-        holder = await self._conversations.holder(session_id, self._clock.now_ms())
+        holder = await self._conversations.take_unless_held(session_id, job_id, now_ms)
         if holder is not None:
             self._metrics.creates_not_taken.labels("session_busy").inc()
             raise SessionBusy(session_id, holder)
@@ -231,7 +233,9 @@ class JobService:
         """Record a stop; a waiting turn that ended with it hands its session on (SPEC S4.3)."""
         view = await self._record(job_id, facts)
         if self._conversations is not None and view.status.terminal:
-            await self._conversations.ended(view, self._clock.now_ms())
+            await self._conversations.ended(view, self._clock.now_ms(), look_up=False)
+            if view.unanswered_on is not None and ordered(view):  # its create's run may be live: a runner looks it up
+                await ring_work(self._redis, {"job": job_id})
         return view
 
     async def approve(

@@ -28,6 +28,7 @@ class Turn:
     since_ms: int = 0  #: with `holds`: when it got the session
     holder: str | None = None  #: without `holds`: the turn that holds the session
     ahead: int = 0  #: without `holds`: turns ahead of it
+    refused: bool = False  #: `join_unless_held` found the session held: the turn took no place
 
 
 @frozen
@@ -45,8 +46,18 @@ class SessionStore:
         self._retention_ms = retention_ms
 
     async def join(self, session_id: str, job_id: str, now_ms: int) -> Turn:
-        """The turn takes its place in the session (a create, before its 202)."""
+        """The turn takes its place in the session (a create, once stored, before its 202)."""
         return await self._turn(session_id, job_id, now_ms, "join", "")
+
+    async def join_unless_held(self, session_id: str, job_id: str, now_ms: int) -> Turn:
+        """multitask reject: the turn takes the session only if nobody holds it (`refused` else), before its job is
+        stored; it is marked as on its way until its `join`."""
+        return await self._turn(session_id, job_id, now_ms, "reject", "")
+
+    async def on_its_way(self, session_id: str, job_id: str) -> int | None:
+        """When a `join_unless_held` turn took its place, while its job is not stored yet (None: not such a turn)."""
+        value = await self._redis.hget(keys.session_state(session_id), f"c:{job_id}")
+        return None if value is None else int(text(value))
 
     async def check(self, session_id: str, job_id: str, now_ms: int, place: str) -> Turn:
         """Before the turn asks Hermes: does it hold the session? If not it is parked, `place` kept for its turn."""
@@ -55,12 +66,13 @@ class SessionStore:
     async def _turn(self, session_id: str, job_id: str, now_ms: int, mode: str, place: str) -> Turn:
         reply = cast(
             list[object],
-            await self._scripts.session_turn(
-                keys=self._keys(session_id), args=[job_id, now_ms, mode, place, self._retention_ms]
-            ),
+            await self._scripts.session_turn(keys=self._keys(session_id), args=[job_id, now_ms, mode, place]),
         )
-        if int(cast(int, reply[0])) == 1:
+        code = int(cast(int, reply[0]))
+        if code == 1:
             return Turn(True, since_ms=int(text(reply[1])))
+        if code == 2:
+            return Turn(False, holder=text(reply[1]), refused=True)
         return Turn(False, holder=text(reply[1]), ahead=int(cast(int, reply[2])))
 
     async def release(
@@ -85,7 +97,7 @@ class SessionStore:
         latest `most`), the same ones afterwards."""
         reply = await self._scripts.session_history(
             keys=[keys.session_state(session_id), keys.session_history(session_id)],
-            args=[job_id, max(most, 1), self._retention_ms],
+            args=[job_id, max(most, 1)],
         )
         return [str(item) for item in orjson.loads(text(reply))]
 

@@ -5,7 +5,8 @@
 -- with `session_history` sends to Hermes (session_history.lua).
 -- KEYS[1] session turns zset   KEYS[2] session state hash   KEYS[3] partition sessions hash
 -- KEYS[4] session history list   (one slot: {pN})
--- ARGV[1] job   ARGV[2] now (epoch ms)   ARGV[3] retention ms   ARGV[4] '1': the turn completed
+-- ARGV[1] job   ARGV[2] now (epoch ms)   ARGV[3] retention ms (of the history; the turns have no TTL)
+-- ARGV[4] '1': the turn completed
 -- ARGV[5] most turns the history keeps
 -- Returns {}: nothing changed hands; {next, place}: `next` holds the session now ('' place: it was not parked)
 local job = ARGV[1]
@@ -16,7 +17,7 @@ end
 if redis.call('HDEL', KEYS[2], 'p:' .. job) == 1 then
   redis.call('HINCRBY', KEYS[3], 'waiting', -1)
 end
-redis.call('HDEL', KEYS[2], 'h:' .. job)
+redis.call('HDEL', KEYS[2], 'h:' .. job, 'c:' .. job)
 if ARGV[4] == '1' then
   redis.call('RPUSH', KEYS[4], job)
   redis.call('LTRIM', KEYS[4], -tonumber(ARGV[5]), -1)
@@ -27,10 +28,8 @@ if not next then
   redis.call('DEL', KEYS[1], KEYS[2])
   return {}
 end
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
 if next == holder then
   return {}
 end
 redis.call('HSET', KEYS[2], 'since', ARGV[2])
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
 return {next, redis.call('HGET', KEYS[2], 'p:' .. next) or ''}
