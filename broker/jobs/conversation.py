@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 
 import orjson
+from attrs import frozen
 
 from broker.events import HoldReason, JobCreated, JobStatus
 from broker.logging import get_logger
@@ -28,6 +29,17 @@ RECHECK_BEHIND_MS = 300_000
 MAX_REPAIRS = 8
 
 Enter = Callable[[str, str], Awaitable[None]]  #: puts a waiting job back in the admission line at its place
+
+
+@frozen
+class SessionTurns:
+    """A session's turns side by side (the console's job page): the latest completed, oldest first, then the
+    unfinished ordered ones in order, the first holding the session. A turn that expired has no view."""
+
+    session_id: str
+    completed: tuple[tuple[str, JobView | None], ...]
+    unfinished: tuple[tuple[str, JobView | None], ...]
+    more: int  #: unfinished turns after the ones shown
 
 
 def ordered(view: JobView) -> bool:
@@ -120,6 +132,18 @@ class Conversations:
         if snapshot.view.output is not None:
             messages.append({"role": "assistant", "content": snapshot.view.output})
         return messages
+
+    async def turns(self, session_id: str, *, most: int, recent: int) -> SessionTurns:
+        """The session's first `most` unfinished turns and its `recent` latest completed ones, with their views."""
+        lineup = await self.sessions.lineup(session_id, most=most, recent=recent)
+        ids = [*lineup.completed, *lineup.unfinished]
+        views = dict(zip(ids, await self._jobs.views(ids), strict=True))
+        return SessionTurns(
+            session_id,
+            tuple((job_id, views[job_id]) for job_id in lineup.completed),
+            tuple((job_id, views[job_id]) for job_id in lineup.unfinished),
+            lineup.more,
+        )
 
     async def ahead_of(self, view: JobView) -> list[str]:
         """The unfinished turns of the job's session that came before it."""
