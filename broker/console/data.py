@@ -17,14 +17,18 @@ from broker.http import appkeys
 from broker.http.health import ready_report
 from broker.http.listing import Query, encode_cursor, list_page
 from broker.http.render import job_object
+from broker.jobs.conversation import SessionTurns
 from broker.store.board import BoardStore
 from broker.store.jobs import Snapshot
 from broker.store.listing import Listing
 from broker.store.stats import board_outbox_lag
 from projections.feed import shown
+from projections.job import JobView
 
 HELD_SCAN = 400  #: queued jobs (newest change first) looked at for the held-by-reason counts
 TIMELINE_LIMIT = 5000  #: events rendered into the page; the live stream carries on after the last one
+SESSION_TURNS = 20  #: a session's unfinished turns listed on a job page (the rest are counted)
+SESSION_RECENT = 10  #: a session's latest completed turns listed on a job page
 SUMMARY_FIELDS = ("tool", "preview", "delta", "reason", "detail", "command", "choice", "error", "output")
 SUMMARY_CHARS = 200
 ACTIVE = "queued,running,waiting_for_approval,stopping"
@@ -121,7 +125,41 @@ async def job_page(app: web.Application, snapshot: Snapshot) -> dict[str, Any]:
         "last_event_id": entries[-1][0] if entries else "",
         "truncated": len(entries) >= TIMELINE_LIMIT,
         "board": await _board(app, job_id) if app[appkeys.config_key].board_enabled else None,
+        "session": _session(
+            job_id,
+            await app[appkeys.service_key].session_turns(snapshot.view, most=SESSION_TURNS, recent=SESSION_RECENT),
+        ),
     }
+
+
+@frozen
+class TurnRow:
+    """One turn of a session on a job page."""
+
+    job_id: str
+    status: str  #: "expired" when the turn's job is gone
+    place: str  #: "completed", "holder" (it holds the session) or "waiting"
+    hold_reason: str  #: an unfinished turn's hold, as the job list shows it ("" without one)
+    hold_detail: str
+    current: bool  #: the page's own job
+
+
+def _session(job_id: str, turns: SessionTurns | None) -> dict[str, Any] | None:
+    """The rows of the job's session: its latest completed turns, then the unfinished ones in order."""
+    if turns is None:
+        return None
+    rows = [_turn_row(job_id, turn, view, "completed") for turn, view in turns.completed]
+    for i, (turn, view) in enumerate(turns.unfinished):
+        rows.append(_turn_row(job_id, turn, view, "holder" if i == 0 else "waiting"))
+    return {"session_id": turns.session_id, "rows": rows, "more": turns.more}
+
+
+def _turn_row(job_id: str, turn: str, view: JobView | None, place: str) -> TurnRow:
+    if view is None:
+        return TurnRow(turn, "expired", place, "", "", turn == job_id)
+    hold = view.hold if place != "completed" else None
+    reason, detail = (hold.reason.value, hold.detail or "") if hold is not None else ("", "")
+    return TurnRow(turn, view.status.value, place, reason, detail, turn == job_id)
 
 
 async def _board(app: web.Application, job_id: str) -> dict[str, str] | None:

@@ -14,6 +14,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
 import orjson
+from attrs import frozen
 
 from broker.events import HoldReason, JobCreated, JobStatus
 from broker.hermes.client import HermesClient
@@ -41,6 +42,17 @@ ANSWER_RECHECK_MS = 2_000
 
 Enter = Callable[[str, str], Awaitable[None]]  #: puts a waiting job back in the admission line at its place
 Lost = Callable[[str | None, int], Awaitable[bool]]  #: has the upstream answered nothing for HERMES_UPSTREAM_LOST?
+
+
+@frozen
+class SessionTurns:
+    """A session's turns side by side (the console's job page): the latest completed, oldest first, then the
+    unfinished ordered ones in order, the first holding the session. A turn that expired has no view."""
+
+    session_id: str
+    completed: tuple[tuple[str, JobView | None], ...]
+    unfinished: tuple[tuple[str, JobView | None], ...]
+    more: int  #: unfinished turns after the ones shown
 
 
 def ordered(view: JobView) -> bool:
@@ -154,6 +166,18 @@ class Conversations:
         if snapshot.view.output is not None:
             messages.append({"role": "assistant", "content": snapshot.view.output})
         return messages
+
+    async def turns(self, session_id: str, *, most: int, recent: int) -> SessionTurns:
+        """The session's first `most` unfinished turns and its `recent` latest completed ones, with their views."""
+        lineup = await self.sessions.lineup(session_id, most=most, recent=recent)
+        ids = [*lineup.completed, *lineup.unfinished]
+        views = dict(zip(ids, await self._jobs.views(ids), strict=True))
+        return SessionTurns(
+            session_id,
+            tuple((job_id, views[job_id]) for job_id in lineup.completed),
+            tuple((job_id, views[job_id]) for job_id in lineup.unfinished),
+            lineup.more,
+        )
 
     async def ahead_of(self, view: JobView) -> list[str]:
         """The unfinished turns of the job's session that came before it."""

@@ -28,7 +28,7 @@ from broker.hermes.models import Relayed
 from broker.ids import job_id_for_key, new_job_id
 from broker.jobs import rules
 from broker.jobs.commands import ApprovalChoice, CreateRun
-from broker.jobs.conversation import Conversations, ordered, session_hold
+from broker.jobs.conversation import Conversations, SessionTurns, ordered, session_hold
 from broker.jobs.memory_watch import MemoryWatch
 from broker.jobs.writer import Writer
 from broker.logging import get_logger
@@ -217,6 +217,16 @@ class JobService:
                 (view.job_id, shown_hold(view, line, now, need)) for view, need in zip(waiting, needs, strict=True)
             )
         return [evolve(view, hold=held[view.job_id]) if view.job_id in held else view for view in views]
+
+    async def session_turns(self, view: JobView, *, most: int, recent: int) -> SessionTurns | None:
+        """The turns of the job's session (SPEC S4.3) as the console shows them, waiting ones with their hold;
+        None for a job without a `session_id`."""
+        if self._conversations is None or view.session_id is None:
+            return None
+        turns = await self._conversations.turns(view.session_id, most=most, recent=recent)
+        shown = iter(await self.with_line_holds([turn for _, turn in turns.unfinished if turn is not None]))
+        unfinished = tuple((job_id, None if turn is None else next(shown)) for job_id, turn in turns.unfinished)
+        return evolve(turns, unfinished=unfinished)
 
     async def stop(self, job_id: str, *, caller: str | None = None) -> JobView:
         """Record the stop first; a job with no live Hermes run is cancelled at once, others by their owner.

@@ -294,6 +294,10 @@ class JobStore:
         """The stored view, refolded from the stream when this replica cannot decode it."""
         return await self.snapshot_of(job_id, cast(dict[str, str], await self._redis.hgetall(keys.view(job_id))))
 
+    async def views(self, job_ids: Sequence[str]) -> list[JobView | None]:
+        """The stored views of several jobs, in one pipeline (None: none, or unreadable by this replica)."""
+        return await lean.read_views(self._redis, job_ids) if job_ids else []
+
     async def snapshot_of(self, job_id: str, stored: dict[str, str]) -> Snapshot | None:
         """The snapshot in the fields of a job's view hash (None: no view); refolded when undecodable."""
         if not stored:

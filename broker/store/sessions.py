@@ -39,6 +39,15 @@ class Handover:
     place: str | None  #: where it waits to be put back in the line; None: it was not parked
 
 
+@frozen
+class Lineup:
+    """A session's turns as the console shows them: unfinished ones in order, then the latest completed."""
+
+    unfinished: tuple[str, ...]  #: the first of the session's unfinished ordered turns, in order; [0] holds it
+    more: int  #: unfinished turns after those
+    completed: tuple[str, ...]  #: the latest completed turns of its history, oldest first
+
+
 class SessionStore:
     def __init__(self, redis: Redis, *, retention_ms: int) -> None:
         self._redis = redis
@@ -122,6 +131,16 @@ class SessionStore:
         if not rank:
             return []
         return [text(item) for item in await self._redis.zrange(turns, 0, rank - 1)]
+
+    async def lineup(self, session_id: str, *, most: int, recent: int) -> Lineup:
+        """The session's first `most` unfinished turns and its `recent` latest completed ones (one pipeline)."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.zrange(keys.session_turns(session_id), 0, max(most, 1) - 1)
+            pipe.zcard(keys.session_turns(session_id))
+            pipe.lrange(keys.session_history(session_id), -max(recent, 1), -1)
+            first, count, history = await pipe.execute()
+        unfinished = tuple(text(item) for item in cast(list[object], first))
+        return Lineup(unfinished, max(int(count) - len(unfinished), 0), tuple(text(item) for item in history))
 
     async def waiting(self) -> int:
         """Turns waiting for their session, over every partition (one pipeline)."""

@@ -7,6 +7,7 @@ const TERMINAL = new Set(["run.completed", "run.failed", "run.cancelled"]);
 const SUMMARY_FIELDS = ["tool", "preview", "delta", "reason", "detail", "command", "choice", "error", "output"];
 const SUMMARY_CHARS = 200;
 const OVERVIEW_REFRESH_MS = 2000;
+const SESSION_REFRESH_MS = 3000;
 
 function when(seconds) {
   if (seconds === null || seconds === undefined) return "—";
@@ -39,12 +40,29 @@ function after(a, b) {
   return x[0] > y[0] || (x[0] === y[0] && x[1] > y[1]);
 }
 
+// Re-render the server's own page in the background and swap the given regions in: one template, no HTML here.
+function refreshRegions(main) {
+  return fetch(window.location.href, { headers: { Accept: "text/html" } })
+    .then((answer) => (answer.ok ? answer.text() : null))
+    .then((html) => {
+      if (!html) return;
+      const fresh = new DOMParser().parseFromString(html, "text/html");
+      for (const region of main.querySelectorAll("[data-region]")) {
+        const next = fresh.querySelector(`[data-region="${region.dataset.region}"]`);
+        if (next) region.replaceWith(document.adoptNode(next));
+      }
+    })
+    .catch(() => {});
+}
+
 function jobPage(main) {
   const jobId = main.dataset.jobId;
   const timeline = document.getElementById("timeline");
   const seen = new Set(Array.from(timeline.querySelectorAll("[data-event-id]"), (li) => li.dataset.eventId));
   let last = main.dataset.lastEventId || "";
   let source = null;
+  const statusElement = main.querySelector('[data-field="status"]');
+  let shownStatus = statusElement ? statusElement.textContent : "";
 
   function append(id, payload) {
     const li = document.createElement("li");
@@ -71,6 +89,10 @@ function jobPage(main) {
     }
     if (["completed", "failed", "cancelled"].includes(job.status)) {
       for (const form of main.querySelectorAll("[data-stop-form]")) form.remove();
+    }
+    if (job.status && job.status !== shownStatus) {
+      shownStatus = job.status;
+      if (main.querySelector('[data-region="session"]')) refreshRegions(main); // the session's turns moved on
     }
   }
 
@@ -119,23 +141,17 @@ function jobPage(main) {
   }
 
   if (main.dataset.terminal !== "true") follow();
+  // A turn waiting for its session records nothing until its turn comes: look at the session now and then.
+  setInterval(() => {
+    if (!document.hidden && shownStatus === "queued" && main.querySelector('[data-region="session"]')) {
+      refreshRegions(main);
+    }
+  }, SESSION_REFRESH_MS);
 }
 
 function overviewPage(main) {
-  // Re-render the server's own page in the background and swap its regions in: one template, no HTML here.
   setInterval(() => {
-    if (document.hidden) return;
-    fetch(window.location.href, { headers: { Accept: "text/html" } })
-      .then((answer) => (answer.ok ? answer.text() : null))
-      .then((html) => {
-        if (!html) return;
-        const fresh = new DOMParser().parseFromString(html, "text/html");
-        for (const region of main.querySelectorAll("[data-region]")) {
-          const next = fresh.querySelector(`[data-region="${region.dataset.region}"]`);
-          if (next) region.replaceWith(document.adoptNode(next));
-        }
-      })
-      .catch(() => {});
+    if (!document.hidden) refreshRegions(main);
   }, OVERVIEW_REFRESH_MS);
 }
 

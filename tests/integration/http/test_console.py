@@ -150,3 +150,32 @@ def test_the_overview_shows_waiting_jobs_by_priority_and_the_top_fairness_keys()
     assert 'data-field="waiting_by_priority">1: 2, 2: 0, 3: 7, 4: 0, 5: 1<' in html
     assert "<td>&lt;team&gt;</td><td>6</td><td>3.0</td>" in html and "<td>(none)</td><td>4</td>" in html
     assert "top_keys" not in html
+
+
+async def test_a_turns_page_lists_its_session_in_order(
+    client: TestClient[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given three turns of one session (nothing drives them: the first holds the session, the others wait)
+    session = "<s&1>"
+    turns = [(await _create(client, session_id=session))["run_id"] for _ in range(3)]
+    # When the second turn's page is read
+    page = await _html(client, f"/console/jobs/{turns[1]}")
+    # Then the turns are listed in order, the holder marked, the waiting ones with their hold, the session escaped
+    rows = re.findall(r'data-turn-id="([^"]+)" data-turn-place="([^"]+)"( data-current="true")?', page)
+    assert rows == [(turns[0], "holder", ""), (turns[1], "waiting", ' data-current="true"'), (turns[2], "waiting", "")]
+    assert f'data-turn-hold="session">session · Waiting for {turns[0]} of session &lt;s&amp;1&gt;.</td>' in page
+    assert 'data-session-id="&lt;s&amp;1&gt;"' in page and session not in page
+    assert f'<a href="/console/jobs/{turns[2]}">' in page and SECRET_INPUT not in page
+    # When the first turn is stopped (a cancelled turn is no completed turn) and only one unfinished turn is listed
+    assert (await client.post(f"/v1/runs/{turns[0]}/stop")).status == 200
+    monkeypatch.setattr("broker.console.data.SESSION_TURNS", 1)
+    page = await _html(client, f"/console/jobs/{turns[2]}")
+    # Then the second turn holds the session and the third is counted
+    assert re.findall(r'data-turn-id="([^"]+)" data-turn-place="([^"]+)"', page) == [(turns[1], "holder")]
+    assert "And 1 more unfinished turn after these." in page
+
+
+async def test_a_job_without_a_session_shows_no_turns(client: TestClient[Any, Any]) -> None:
+    job = await _create(client)
+    page = await _html(client, f"/console/jobs/{job['run_id']}")
+    assert 'data-region="session"' not in page and "data-turn-id" not in page

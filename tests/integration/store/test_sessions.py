@@ -20,6 +20,8 @@ from tests.conftest import RedisServer
 T = TypeVar("T")
 SESSIONS = ["s-a", "s-b"]
 JOBS = [f"job_{i:032x}" for i in range(8)]
+HISTORY = 2  #: completed turns a session's history keeps
+MOST = 3  #: unfinished turns a lineup lists
 
 
 class Turns(RuleBasedStateMachine):
@@ -36,6 +38,7 @@ class Turns(RuleBasedStateMachine):
         self.parked: dict[str, str] = {}  # job -> place
         self.running: dict[str, str] = {}  # session -> the turn whose check found it holds the session
         self.ended: set[str] = set()
+        self.completed: dict[str, list[str]] = {session: [] for session in SESSIONS}  # history, oldest first
         self.handed: list[tuple[str, str]] = []  # (job, place) handed back to the line
         self.run(self.redis.flushdb())
 
@@ -79,13 +82,15 @@ class Turns(RuleBasedStateMachine):
             self.parked.setdefault(job, str(place))
 
     @precondition(lambda self: self.unfinished())
-    @rule(data=st.data())
-    def end(self, data: st.DataObject) -> None:
+    @rule(data=st.data(), completed=st.booleans())
+    def end(self, data: st.DataObject, completed: bool) -> None:
         job = data.draw(st.sampled_from(self.unfinished()))
         session = self.session_of[job]
         self.now += 1
         held = self.joined[session][0] == job
-        handover = self.run(self.store.release(session, job, self.now))
+        handover = self.run(self.store.release(session, job, self.now, completed=completed, history=HISTORY))
+        if completed:
+            self.completed[session] = [*self.completed[session], job][-HISTORY:]
         self.joined[session].remove(job)
         self.parked.pop(job, None)
         self.ended.add(job)
@@ -112,6 +117,14 @@ class Turns(RuleBasedStateMachine):
         for session in SESSIONS:
             expected = self.joined[session][0] if self.joined[session] else None
             assert holders[session] == expected
+
+    @invariant()
+    def the_lineup_is_the_join_order_and_the_latest_completed(self) -> None:
+        for session in SESSIONS:
+            lineup = self.run(self.store.lineup(session, most=MOST, recent=HISTORY))
+            assert list(lineup.unfinished) == self.joined[session][:MOST]
+            assert lineup.more == max(len(self.joined[session]) - MOST, 0)
+            assert list(lineup.completed) == self.completed[session]
 
     @invariant()
     def the_waiting_count_is_the_parked_turns(self) -> None:
