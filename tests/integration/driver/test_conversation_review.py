@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
-from redis.asyncio import Redis
 
 from broker.simulator.app import create_app as create_simulator
 from broker.simulator.state import Settings, Simulator
@@ -79,7 +78,8 @@ async def held(client: TestClient[Any, Any], job_id: str, reason: str) -> dict[s
 async def test_a_stopped_turn_whose_create_answer_was_lost_keeps_its_session_until_hermes_answered(
     make_replica: ClientFactory, sim: Simulator
 ) -> None:
-    # Given a Hermes that honours Idempotency-Key and answers a create 1 s after it started the run, and a broker that waits 300 ms
+    # Given a Hermes that honours Idempotency-Key and answers a create 1 s after it started the run, and a broker
+    # that waits 300 ms
     sim.settings.upstream_main = True
     ANSWER_LAG["s"] = 1.0
     replica = await make_replica(hermes_timeout_ms=300)
