@@ -16,6 +16,9 @@ min-max over alternating broker/baseline rounds, the baseline's (or the target),
   memory     Redis memory per queued and per finished job                     vs the targets
   admission  S4.1 against a simulator capped at 10: makespan, 429s, order     vs the ideal
   fairness   S4.2 capped at 10: a late key's makespan, utilisation, 3:1 shares, trickle, many keys   vs the ideal
+  conversations  S4.3 capped at 10, 1 replica: 200 sessions x 5 turns + 500 sessionless jobs, all at once:
+             overlapping turns, turns out of create order, handover gap p50/p99, makespan; Redis commands
+             per turn vs per sessionless job                                  vs the ideal
   upstreams  S10: three simulators capped at 4, 6, 10, one line: makespan, 429s, peaks   vs the ideal;
              50 sessions x 4 turns on their upstreams; one simulator SIGKILLed: all complete, no key twice
   cluster    create c8/c64 and end to end (1, 2 replicas) on a 3+3 Redis Cluster vs on one redis-server 7
@@ -45,6 +48,7 @@ from benchlib.run import Plan  # noqa: E402
 from benchlib.scenarios import (  # noqa: E402
     admission,
     cluster,
+    conversations,
     create,
     e2e,
     fairness,
@@ -67,6 +71,7 @@ SCENARIOS: dict[str, Scenario] = {
     "memory": memory.run_memory,
     "admission": admission.run,
     "fairness": fairness.run,
+    "conversations": conversations.run,
     "cluster": cluster.run,
     "tracing": tracing.run,
     "upstreams": upstreams.run,

@@ -45,6 +45,12 @@ class Plan:
     fairness_weighted: int  #: jobs of each of the keys of weights 3 and 1
     scrape_keys: int  #: waiting jobs, one fairness key each, of the scrape row (SPEC S4.2)
     scrape_entries: int  #: entries of the job whose deltas the scrape row removes (SPEC S3.6)
+    conversation_sessions: int  #: sessions of the conversations row (SPEC S4.3), all created at once
+    conversation_turns: int  #: turns per session
+    conversation_solo: int  #: sessionless jobs created beside them
+    conversation_cap: int  #: the simulator's cap of live runs in that row
+    conversation_run_s: float  #: each run's `sleep:`
+    conversation_probe: int  #: jobs of each of the row's two Redis-commands runs (sessionless, session turns)
 
     @classmethod
     def full(cls) -> Plan:
@@ -59,6 +65,8 @@ class Plan:
             cluster_jobs=1000, cluster_replicas=(1, 2), cluster_concurrencies=(8, 64),
             fairness_backlog=300, fairness_late=30, fairness_weighted=80,
             scrape_keys=100_000, scrape_entries=100_000,
+            conversation_sessions=200, conversation_turns=5, conversation_solo=500, conversation_cap=10,
+            conversation_run_s=1.0, conversation_probe=100,
         )  # fmt: skip
 
     @classmethod
@@ -74,6 +82,8 @@ class Plan:
             cluster_jobs=60, cluster_replicas=(1,), cluster_concurrencies=(64,),
             fairness_backlog=30, fairness_late=6, fairness_weighted=16,
             scrape_keys=2_000, scrape_entries=5_000,
+            conversation_sessions=5, conversation_turns=3, conversation_solo=10, conversation_cap=4,
+            conversation_run_s=0.2, conversation_probe=12,
         )  # fmt: skip
 
 

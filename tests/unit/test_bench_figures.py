@@ -6,11 +6,13 @@ import sys
 from pathlib import Path
 
 import orjson
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
 from benchlib.figures import Row, markdown, percentile
 from benchlib.load import create_body, parse_wrk
+from benchlib.turns import Handover, Job, due, handovers, job_times, lateness, out_of_order, overlaps
 from benchlib.upstream_logs import (
     accepted_per_attempt,
     job_of,
@@ -96,3 +98,37 @@ def test_a_jobs_accepted_events_are_counted_per_attempt() -> None:
               {"event": "job.accepted", "attempt": 2}, {"event": "run.completed", "attempt": 2}]  # fmt: skip
     assert accepted_per_attempt(events) == {1: 1, 2: 1}
     assert max(accepted_per_attempt([*events, {"event": "job.accepted", "attempt": 2}]).values()) == 2
+
+
+def _accepted_and_end(start: float, end: float, terminal: str = "run.completed") -> list[dict[str, object]]:
+    return [{"event": "job.queued", "timestamp": 0.5}, {"event": "job.accepted", "timestamp": start, "attempt": 1},
+            {"event": "job.interrupted", "timestamp": start + 0.1}, {"event": "job.accepted", "timestamp": start + 0.2},
+            {"event": terminal, "timestamp": end}]  # fmt: skip
+
+
+def test_a_job_runs_from_its_first_acceptance_to_its_terminal_event() -> None:
+    assert job_times(1.0, _accepted_and_end(2.0, 5.0)) == Job(1.0, 2.0, 5.0)
+    assert job_times(1.0, _accepted_and_end(2.0, 3.0, "run.cancelled")).end == 3.0
+    with pytest.raises(ValueError, match=r"job\.accepted"):
+        job_times(1.0, [{"event": "run.failed", "timestamp": 2.0}])
+    with pytest.raises(ValueError, match="terminal"):
+        job_times(1.0, _accepted_and_end(2.0, 3.0)[:2])
+
+
+def test_turns_overlap_pairwise_unless_one_starts_when_the_other_ended() -> None:
+    one, two, three = Job(0, 1, 2), Job(0, 2, 3), Job(0, 2.5, 4)
+    assert overlaps([one, two]) == 0
+    assert overlaps([one, two, three]) == 1
+    assert overlaps([Job(0, 1, 9), two, three]) == 3
+    assert not out_of_order([one, two, three]) and out_of_order([one, three, two])
+
+
+def test_a_turn_is_due_once_its_session_is_free_and_the_jobs_created_before_it_started() -> None:
+    first, second = Job(0.0, 1.0, 2.0), Job(0.5, 6.0, 7.0)
+    before, early_after, late_after = Job(0.2, 3.0, 4.0), Job(0.7, 2.5, 3.5), Job(0.8, 4.5, 5.0)
+    others = [first, second, before, early_after, late_after, Job(0.1, 0.5, 1.5), Job(0.4, 9.0, 10.0)]
+    assert due(second, others, free_at=first.end) == 3.0
+    assert handovers([first, second], others, grace_s=1.0) == [Handover(gap=4.0, late=3.0, overtaken=True)]
+    assert handovers([first, second], others, grace_s=2.0)[0].overtaken is False
+    assert handovers([first], others, grace_s=1.0) == []
+    assert lateness([before, Job(0.3, 0.35, 1.0)], others) == [3.0 - 1.0, 0.35 - 0.3]
