@@ -141,3 +141,24 @@ async def test_a_turn_that_runs_longer_than_runs_retention_still_holds_its_sessi
 
 async def _status(client: TestClient[Any, Any], job_id: str, status: str) -> bool:
     return bool((await job(client, job_id))["status"] == status)
+
+
+async def test_turns_waiting_for_their_sessions_hold_no_slot_from_a_sessionless_job(
+    make_replica: ClientFactory, sim: Simulator
+) -> None:
+    # Given two Hermes slots, each held by the first turn of a session, with twenty more turns of each waiting
+    replica = await make_replica(hermes_max_concurrent=2)
+    holders = [(await create(replica, {"input": "hold sleep:4", "session_id": f"s-w{n}"}))["run_id"] for n in range(2)]
+    for job_id in holders:
+        await eventually(lambda job_id=job_id: _status(replica, job_id, "running"))
+    waiting = [
+        (await create(replica, {"input": "later sleep:0.1", "session_id": f"s-w{n % 2}"}))["run_id"] for n in range(40)
+    ]
+    # When a job without a session comes, and one holder ends early (stopped)
+    alone = (await create(replica, {"input": "alone sleep:0.1"}))["run_id"]
+    assert (await replica.post(f"/v1/runs/{holders[0]}/stop")).status in (200, 202)
+    # Then the sessionless job gets a slot while the other holder still runs (the waiting turns hold none)
+    done = await settled(replica, alone, timeout=10)
+    assert done["status"] == "completed"
+    assert (await job(replica, holders[1]))["status"] == "running"
+    assert (await job(replica, waiting[1]))["hold"]["reason"] == "session"

@@ -277,3 +277,35 @@ async def test_a_lost_upstreams_run_is_resubmitted_elsewhere_only_after_it_was_s
     assert creates(sim).count(f"{created['run_id']}#2") == 1
     admission = (await (await replica.get("/readyz")).json())["admission"]["upstreams"]
     assert [u["lost"] for u in admission] == [False, True]
+
+
+async def test_a_session_mid_turn_on_a_lost_upstream_keeps_its_order_and_the_next_turn_follows_elsewhere(
+    make_replica: ClientFactory, hermes_server: TestServer, second_hermes: TestServer, sim: Simulator
+) -> None:
+    # Given a session whose first turn runs on the second upstream (the first full with a short blocker), with its
+    # next turn waiting, and the second upstream lost after 1.5 s of silence
+    replica = await make_replica(
+        hermes_url=both(hermes_server, second_hermes), hermes_max_concurrent=(1, 4), hermes_upstream_lost_ms=1_500
+    )
+    first = name_of(hermes_server)
+    blocker = await create(replica, {"input": "block sleep:0.5"})
+    await eventually(lambda: _running(replica, blocker["run_id"]))
+    turn = await create(replica, {"input": "turn one sleep:3", "session_id": "s-lost-mid"})
+    running = await eventually(lambda: _running(replica, turn["run_id"]))
+    assert running["upstream"] != first
+    following = await create(replica, {"input": "turn two sleep:0.2", "session_id": "s-lost-mid"})
+    assert (await job(replica, following["run_id"]))["hold"]["reason"] == "session"
+    # When the second upstream goes silent
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{url_of(second_hermes)}/_sim/refuse", json={"seconds": 120}) as answer:
+            assert answer.status == 200
+    # Then the first turn keeps the session through its resubmit on the first upstream, and the next turn runs only
+    # after it ended, on the first upstream too
+    done = await settled(replica, turn["run_id"], timeout=60)
+    assert done["status"] == "completed" and done["attempts"] == 2 and done["upstream"] == first
+    after = await settled(replica, following["run_id"], timeout=30)
+    assert after["status"] == "completed" and after["upstream"] == first
+    store = replica.app[store_key]  # type: ignore[index]
+    ended_at = max(e.at_ms for _, e in await store.read(turn["run_id"]))
+    accepted = [e for _, e in await store.read(following["run_id"]) if isinstance(e, RunAccepted)]
+    assert accepted and accepted[0].at_ms >= ended_at
