@@ -5,10 +5,16 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
+from aiohttp.test_utils import TestClient
+from redis.asyncio import Redis
 
+from broker.app import create_app
+from broker.config import Config
 from broker.hermes import AiohttpHermesClient
+from tests.conftest import RedisServer
 from tests.contract.harness import HarnessError, Target, start_target
 
 REQUEST_TIMEOUT_MS = 10_000
@@ -41,3 +47,17 @@ async def client(hermes: Target) -> AsyncIterator[AiohttpHermesClient]:
     client = AiohttpHermesClient(hermes.base_url, hermes.api_key, REQUEST_TIMEOUT_MS)
     yield client
     await client.aclose()
+
+
+@pytest.fixture
+async def broker(aiohttp_client: Any, hermes: Target, redis_server: RedisServer, redis: Redis) -> TestClient[Any, Any]:
+    config = Config(
+        redis_url=redis_server.url,
+        hermes_url=hermes.base_url,
+        hermes_api_key=hermes.api_key,
+        runs_poll_interval_ms=250,
+        runs_backoff_ms=200,
+        runs_backoff_max_ms=1_000,
+    )
+    client: TestClient[Any, Any] = await aiohttp_client(create_app(config))
+    return client

@@ -10,31 +10,12 @@ import json
 import urllib.request
 from typing import Any
 
-import pytest
 from aiohttp.test_utils import TestClient
-from redis.asyncio import Redis
 
-from broker.app import create_app
-from broker.config import Config
-from tests.conftest import RedisServer
 from tests.contract.harness import RealTarget, Target
 from tests.contract.test_driving import status_in, until
 
 TERMINAL = ("completed", "failed", "cancelled")
-
-
-@pytest.fixture
-async def broker(aiohttp_client: Any, hermes: Target, redis_server: RedisServer, redis: Redis) -> TestClient[Any, Any]:
-    config = Config(
-        redis_url=redis_server.url,
-        hermes_url=hermes.base_url,
-        hermes_api_key=hermes.api_key,
-        runs_poll_interval_ms=250,
-        runs_backoff_ms=200,
-        runs_backoff_max_ms=1_000,
-    )
-    client: TestClient[Any, Any] = await aiohttp_client(create_app(config))
-    return client
 
 
 async def create(client: TestClient[Any, Any], body: dict[str, Any]) -> dict[str, Any]:

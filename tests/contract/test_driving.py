@@ -8,30 +8,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import pytest
 from aiohttp.test_utils import TestClient
-from redis.asyncio import Redis
 
-from broker.app import create_app
-from broker.config import Config
-from tests.conftest import RedisServer
 from tests.contract.harness import Target
 
 TERMINAL = ("completed", "failed", "cancelled")
-
-
-@pytest.fixture
-async def broker(aiohttp_client: Any, hermes: Target, redis_server: RedisServer, redis: Redis) -> TestClient[Any, Any]:
-    config = Config(
-        redis_url=redis_server.url,
-        hermes_url=hermes.base_url,
-        hermes_api_key=hermes.api_key,
-        runs_poll_interval_ms=250,
-        runs_backoff_ms=200,
-        runs_backoff_max_ms=1_000,
-    )
-    client: TestClient[Any, Any] = await aiohttp_client(create_app(config))
-    return client
 
 
 async def until(probe: Callable[[], Awaitable[dict[str, Any] | None]], timeout: float) -> dict[str, Any]:
