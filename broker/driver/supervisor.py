@@ -255,6 +255,8 @@ class Supervisor:
             elif runner.has_slot and not runner.ran and runner.view is not None:
                 await gate.requeue(job_id, line_place(runner.view), upstream=runner.slot_upstream)  # keeps its place
             await self._leases.release(job_id, runner.token, due_at_ms=due_at)
+            if ending is Ending.SETTLING and due_at is not None:  # its end took it off the schedule: back on it
+                await self._leases.wake(job_id, due_at)
             self._log.debug("Released a run lease.", extra={"job": job_id, "ending": ending.value})
         except Exception as error:  # an outage (a connection torn down in a failover too): the lease expires and
             if not is_outage(error):  # the schedule retries; anything else is a bug, logged with its traceback

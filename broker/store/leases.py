@@ -81,6 +81,11 @@ class Leases:
         )
         return cast(int, released) == 1
 
+    async def wake(self, job_id: str, at_ms: int) -> None:
+        """Make the job due at `at_ms`, whoever holds it: a job whose end released its lease and schedule entry, but
+        that a runner is to look at again (SPEC S4.3: a turn whose create answer was lost keeps its session)."""
+        await self._redis.zadd(keys.due(keys.partition_of(job_id)), {job_id: at_ms})
+
     async def promote_due(self, now_ms: int, limit: int = 100) -> list[str]:
         """Take every job whose wake-up time has passed (atomically, once per lease) in every partition, and
         ring the work doorbell for them: one pipeline (one round trip per node)."""

@@ -64,6 +64,7 @@ def test_an_older_replica_beside_a_new_one_drives_every_job_once_its_waiting_job
         "priority": 3,
         "fairness_key": "",
         "fairness_weight": 1.0,
+        "multitask": "parallel",  # stored before S4.3: its turns were never ordered
     }
     # and the counts the old replica's claims left behind are cleared once the line is empty
     until(lambda: admission(new)["top_keys"] == [] and admission(new)["line"] == 0, 10)

@@ -114,6 +114,7 @@ async def test_a_turn_whose_create_answer_was_lost_keeps_its_session_when_its_ho
         # When no answer to the first turn's creates arrives before its hold expires (its run is live on Hermes)
         ended = await settled(replica, first, timeout=10)
         assert ended["error"]["code"] == "hold_expired", ended
+        await asyncio.sleep(1.0)  # the look-up at its end gets no answer either: its runner must look again
         ANSWER_LAG["s"] = 0.0
         # Then the second turn does not run beside the first turn's run while Hermes has not answered for it
         await settled(replica, second, timeout=20)
