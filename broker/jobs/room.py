@@ -13,10 +13,10 @@ from attrs import frozen
 
 from broker.store.memory import NodeMemory
 
-#: What a new job costs beside its execution body: its stream, view and schedule entries (the README's memory
-#: figures: 2.6 KB per queued job of a 724-byte create).
+#: What a new job costs beside its execution body: its stream, view and schedule entries (the memory
+#: figures of docs/benchmarks.md: 2.6 KB per queued job of a 724-byte create).
 JOB_BYTES = 2_048
-#: What a job that has not ended may still write: a run of about 20 events (the README's figures: 7.1 KB per
+#: What a job that has not ended may still write: a run of about 20 events (docs/benchmarks.md: 7.1 KB per
 #: finished job of 20 events against 2.6 KB queued). Runs that relay thousands of deltas need more: REDIS_MEMORY_HIGH
 #: is the operator's margin for those.
 RESERVE_BYTES = 4_096

@@ -2,7 +2,7 @@
 
 A simulator's request log holds one entry per /v1 request (`method`, `path`, `status`, `idempotency_key`, and
 `run_id` when the create started a run). The broker's Idempotency-Key of attempt 1 is the job id, `<job>#<n>`
-after (README, How it works).
+after (docs/concepts/internals.md).
 """
 
 from __future__ import annotations

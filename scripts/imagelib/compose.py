@@ -90,7 +90,7 @@ def services_by_role(doc: dict[str, Any]) -> dict[str, list[str]]:
 
 
 def problems(doc: dict[str, Any]) -> list[str]:
-    """What compose.yaml must say (README "The image"); an empty list when it says all of it."""
+    """What compose.yaml must say (docs/operations/image.md); an empty list when it says all of it."""
     roles = services_by_role(doc)
     if len(roles["redis"]) != 1 or len(roles["simulator"]) != 1:
         return [f"want one redis and one simulator service, found {roles}"]
