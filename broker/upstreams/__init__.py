@@ -79,6 +79,13 @@ def build(urls: Sequence[str], api_key: str | None, limits: Sequence[int]) -> tu
                 " (give one key for all or one per upstream; an empty item: no key)"
             )
         keys = [item.strip() or None for item in items]
+    for number, (url, key) in enumerate(zip(urls, keys, strict=True), start=1):
+        if key is not None and "@" in urlsplit(url).netloc:  # one Authorization header: basic or bearer, not both
+            which = f" (item {number} of {count})" if count > 1 else ""
+            raise ConfigError(
+                f"HERMES_URL{which} carries user:password@ and HERMES_API_KEY=<hidden> gives it a bearer key"
+                " (Hermes takes one Authorization header: give one or the other)"
+            )
     return tuple(
         Upstream(
             index=index,

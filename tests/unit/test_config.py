@@ -403,6 +403,8 @@ def test_lists_give_each_upstream_its_own_key_and_limit_and_an_empty_key_item_is
         ({"HERMES_URL": "http://a:1,ftp://b"}, "HERMES_URL="),
         ({"HERMES_URL": "http://a:1,https://a:1/"}, "names the upstream a:1 twice"),
         ({"HERMES_URL": "http://x:y@a:1,http://a:1"}, "HERMES_URL='http://***@a:1,http://a:1' names"),
+        ({"HERMES_URL": "http://x:y@a:1", "HERMES_API_KEY": "k1"}, "HERMES_URL carries user:password@"),
+        ({"HERMES_URL": "http://a:1,http://x:y@b:1", "HERMES_API_KEY": "k1"}, "HERMES_URL (item 2 of 2) carries"),
         ({"HERMES_AFFINITY_GRACE": "-1"}, "HERMES_AFFINITY_GRACE="),
         ({"HERMES_UPSTREAM_LOST": "0"}, "HERMES_UPSTREAM_LOST="),
     ],
