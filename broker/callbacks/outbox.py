@@ -48,8 +48,11 @@ def webhook_id(job_id: str, kind: CallbackType, attempt: int) -> str:
 
 
 def owed(before: JobView, events: Sequence[JobEvent], render: Callable[[JobView], dict[str, Any]]) -> list[Delivery]:
-    """The deliveries `events` cause for a job with a callback, in order; `render` gives the job object."""
+    """The deliveries `events` cause, in order (none for a job without a callback); `render` gives the job
+    object."""
     deliveries: list[Delivery] = []
+    if before.callback_url is None:
+        return deliveries
     view = before
     for event in events:
         after = apply(view, event)
