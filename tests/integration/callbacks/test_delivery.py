@@ -40,6 +40,9 @@ async def test_a_completed_job_calls_back_once_signed_with_the_job_object(
     callback = await callback_of(replica, job_id, "delivered")
     assert callback == {"url": receiver.url, "status": "delivered", "attempts": 1, "last_error": None}
     assert attempts(replica, "delivered") == 1
+    # and so does the console's job page
+    page = await (await replica.get(f"/console/jobs/{job_id}")).text()
+    assert 'data-region="callback"' in page and '<td data-callback-field="status">delivered</td>' in page
 
 
 async def test_a_failing_receiver_gets_the_same_delivery_again_until_it_acknowledges(
