@@ -83,6 +83,7 @@ supervisor_key = web.AppKey("supervisor", Supervisor)
 writer_key = web.AppKey("writer", Writer)
 #: sessions' turns in order (SPEC S4.3), for the service and the runners
 conversations_key = web.AppKey("conversations", Conversations)
+callback_sender_key = web.AppKey("callback_sender", CallbackSender)  #: this replica's (with allowed hosts)
 memory_key = web.AppKey("memory", MemoryWatch)  #: how full Redis is, as this replica last read it (SPEC S4.4)
 
 
@@ -275,8 +276,15 @@ def _callback_settings(app: web.Application) -> CallbackSettings:
     def render(view: JobView) -> dict[str, Any]:
         return job_object(view, first)
 
+    def owed() -> None:
+        if callback_sender_key in app:
+            app[callback_sender_key].owed()
+
     return CallbackSettings(
-        render=render, retention_ms=config.runs_retention_ms, retry_window_ms=config.callback_retry_window_ms
+        render=render,
+        retention_ms=config.runs_retention_ms,
+        retry_window_ms=config.callback_retry_window_ms,
+        owed=owed,
     )
 
 
@@ -284,7 +292,9 @@ async def _callbacks_context(app: web.Application) -> AsyncIterator[None]:
     """Job callback delivery (SPEC S5.8): every replica claims due deliveries; stopped before Redis closes."""
     session = aiohttp.ClientSession()
     settings = CallbackDelivery.from_config(app[config_key])
-    sender = CallbackSender(app[callbacks_key], session, settings, app[clock_key], app[metrics_key])
+    sender = app[callback_sender_key] = CallbackSender(
+        app[callbacks_key], session, settings, app[clock_key], app[metrics_key]
+    )
     task = asyncio.create_task(sender.run(), name="callback-sender")
     get_logger("broker.app.Callbacks").info("Started job callback delivery.")
     yield

@@ -89,6 +89,8 @@ class CallbackSettings:
     render: Callable[[JobView], dict[str, Any]]  #: the job object (SPEC S3.2) of a view
     retention_ms: int  #: RUNS_RETENTION
     retry_window_ms: int  #: CALLBACK_RETRY_WINDOW
+    #: called after a write owed a delivery: wakes this replica's sender (others find it on their next round)
+    owed: Callable[[], None] = lambda: None
 
     @property
     def ttl_ms(self) -> int:

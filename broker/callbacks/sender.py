@@ -9,6 +9,7 @@ receiver deduplicates on `webhook-id`). Redirects are not followed: the allowlis
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from email.utils import parsedate_to_datetime
@@ -27,8 +28,9 @@ from broker.store.outage import log_failure
 from broker.tasks import cancel_all
 
 CLAIM_MARGIN_MS = 2_000  #: a claim outlives its attempt by this much
-POLL_S = 0.25  #: the pause between rounds that found nothing due
-MAX_DELIVERIES = 32  #: deliveries one replica starts claiming more at once (a round may claim one per partition)
+POLL_S = 1.0  #: the longest pause between rounds that found nothing due (a write of this replica ends it)
+MAX_DELIVERIES = 32  #: past this many deliveries in flight a replica claims no more (a round may claim as many
+#: per partition as there are free places, so this bounds the claiming, loosely, not each round)
 MAX_REDIS_BACKOFF_S = 5.0
 
 
@@ -78,7 +80,12 @@ class CallbackSender:
         self._clock = clock
         self._metrics = metrics
         self._tasks: set[asyncio.Task[None]] = set()
+        self._owed = asyncio.Event()  #: set when a write of this replica owed a delivery
         self._log = get_logger(type(self))
+
+    def owed(self) -> None:
+        """A job write of this replica owed a delivery: look at once instead of at the next round."""
+        self._owed.set()
 
     async def run(self) -> None:
         """Claim and deliver forever; a Redis outage is logged and waited out."""
@@ -97,7 +104,9 @@ class CallbackSender:
                     delay = min(delay * 2, MAX_REDIS_BACKOFF_S)
                     continue
                 if not claimed:
-                    await asyncio.sleep(POLL_S)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._owed.wait(), POLL_S)
+                    self._owed.clear()
         finally:
             await cancel_all(self._tasks)
 

@@ -77,7 +77,7 @@ class Writer:
                     board=board,
                     before=snapshot.view,
                     release=released is not None,
-                    callback=self._callback_write(snapshot.view, events),
+                    callback=(callback := self._callback_write(snapshot.view, events)),
                 )
             except StreamConflict:
                 log.debug("Retried an append after a concurrent write.", extra={"job": job_id})
@@ -87,6 +87,8 @@ class Writer:
                 continue
             if released is not None and lease_token and view.status.terminal and not snapshot.view.status.terminal:
                 released()
+            if callback is not None and self._callbacks is not None:
+                self._callbacks.owed()
             journal.record(log, self._metrics, view, events)
             return Snapshot(view, ids[-1], board.state if board else snapshot.board)
         raise Busy(f"Job {job_id} is changing too fast; try again")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from redis.asyncio import Redis
 
 from broker.store import keys
+from tests.conftest import BOTH_BACKENDS
 from tests.integration.callbacks.conftest import (
     CallbackFactory,
     Receiver,
@@ -16,6 +17,7 @@ from tests.integration.callbacks.conftest import (
 from tests.integration.driver.conftest import create, eventually, job, settled
 
 
+@BOTH_BACKENDS  # the schedules' claims and the job write's callback keys on a Redis Cluster too
 async def test_a_completed_job_calls_back_once_signed_with_the_job_object(
     make_callback_replica: CallbackFactory, receiver: Receiver
 ) -> None:
