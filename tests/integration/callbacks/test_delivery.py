@@ -133,3 +133,20 @@ async def test_a_job_without_a_callback_has_none_and_no_callback_keys(
 
 async def _status(client: object, job_id: str, status: str) -> bool:
     return (await job(client, job_id))["status"] == status  # type: ignore[arg-type]
+
+
+async def test_a_delivery_past_its_retry_window_is_given_up(
+    make_callback_replica: CallbackFactory, receiver: Receiver, redis: Redis
+) -> None:
+    # Given a retry window shorter than the first retry, and a receiver that keeps failing
+    receiver.answers = [500] * 10
+    replica = await make_callback_replica(callback_retry_window_ms=1_000)
+    created = await create(replica, {"input": "hello", "callback": {"url": receiver.url}})
+    job_id = created["run_id"]
+    # When its one attempt fails
+    await until_calls(receiver, 1)
+    # Then the delivery is given up: failed, off the schedule, counted
+    callback = await callback_of(replica, job_id, "failed")
+    assert (callback["attempts"], callback["last_error"]) == (1, "HTTP 500")
+    assert await redis.zscore(keys.callbacks_due(keys.partition_of(job_id)), job_id) is None
+    assert attempts(replica, "failed") == 1 and len(receiver.calls) == 1

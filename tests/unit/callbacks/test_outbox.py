@@ -8,6 +8,7 @@ import orjson
 import pytest
 
 from broker.callbacks.outbox import FIRST_RETRY_MS, MAX_RETRY_MS, owed, retry_in_ms
+from broker.callbacks.sender import _retry_after_ms
 from broker.codec import decode
 from broker.events import (
     HermesEventRecorded,
@@ -94,3 +95,10 @@ def test_a_job_stored_before_callbacks_reads_as_having_none() -> None:
     view = apply(None, event)
     assert view is not None and view.callback_url is None
     assert owed(view, [JobFinished(job_id="job_x", at_ms=2, status=JobStatus.COMPLETED)], _render) == []
+
+
+def test_retry_after_reads_seconds_or_an_http_date() -> None:
+    now_ms = 1_796_005_750_000
+    assert _retry_after_ms("120", now_ms) == 120_000
+    assert _retry_after_ms("Thu, 01 Dec 2026 10:00:00 GMT", 1_796_119_200_000 - 30_000) == 30_000
+    assert _retry_after_ms("soon", now_ms) is None and _retry_after_ms(None, now_ms) is None
