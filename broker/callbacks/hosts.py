@@ -44,8 +44,9 @@ def allowed(host: str, hosts: tuple[str, ...]) -> bool:
 
 
 def parse_callback(value: Any, hosts: tuple[str, ...]) -> str:
-    """The callback URL of a create's `callback` object; CallbackRefused naming the path otherwise."""
-    if not isinstance(value, dict) or set(value) - {"url"}:
+    """The callback URL of a create's `callback` object (other members are ignored, as unknown fields of a create
+    are); CallbackRefused naming the path otherwise."""
+    if not isinstance(value, dict):
         raise CallbackRefused("callback", 'must be an object {"url": "https://..."}')
     url = value.get("url")
     if not isinstance(url, str) or not url or len(url) > MAX_URL:

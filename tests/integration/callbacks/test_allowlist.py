@@ -21,7 +21,7 @@ REFUSED = [
     ({"url": "https://hooks.example.com/" + "a" * 2048}, "callback.url", "at most 2048"),
     ({"url": 5}, "callback.url", "http or https URL"),
     ({}, "callback.url", "http or https URL"),
-    ({"url": "https://hooks.example.com/", "headers": {}}, "callback", "must be an object"),
+    (["https://hooks.example.com/"], "callback", "must be an object"),
     ("https://hooks.example.com/", "callback", "must be an object"),
 ]
 
