@@ -92,6 +92,7 @@ class CallbackSender:
         delay = 0.1
         try:
             while True:
+                self._owed.clear()  # before the claim: a write owing one from now on wakes the next wait
                 try:
                     claimed = await self._round()
                     delay = 0.1
@@ -106,7 +107,6 @@ class CallbackSender:
                 if not claimed:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._owed.wait(), POLL_S)
-                    self._owed.clear()
         finally:
             await cancel_all(self._tasks)
 
