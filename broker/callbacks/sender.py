@@ -24,7 +24,7 @@ from broker.config import Config
 from broker.logging import get_logger
 from broker.metrics import Metrics
 from broker.store.callbacks import CallbackStore, Outcome, Owed
-from broker.store.outage import log_failure
+from broker.store.outage import REDIS_FAILURES, log_failure
 from broker.tasks import cancel_all
 
 CLAIM_MARGIN_MS = 2_000  #: a claim outlives its attempt by this much
@@ -131,6 +131,12 @@ class CallbackSender:
                 await self._store.idle(job_id, self._clock.now_ms())
                 return
             await self._attempt(owed)
+        except asyncio.CancelledError:
+            # Stopping: the job is due again at once, for any sender (else once its claim lapses). An attempt that
+            # reached the receiver is made again: at least once.
+            with contextlib.suppress(*REDIS_FAILURES):
+                await self._store.idle(job_id, self._clock.now_ms())
+            raise
         except Exception as error:  # one job never stops the others; its claim lapses and another attempt follows
             log_failure(
                 self._log, error, outage="Lost Redis while delivering a job callback.",

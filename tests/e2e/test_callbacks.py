@@ -133,6 +133,25 @@ def test_a_replica_killed_mid_delivery_leaves_the_callback_to_another(
     assert all(call.verified for call in hook.calls)
 
 
+def test_a_stopping_replica_hands_its_delivery_over_at_once(
+    start_broker: BrokerFactory, clean_redis: RedisServer, simulator: SimulatorProcess, hook: Hook
+) -> None:
+    # Given a replica whose callback POST the receiver holds, with a timeout (and so a claim) of a minute
+    hook.holding.set()
+    env = {**_env(simulator), "BOARD_TIMEOUT": "60000"}
+    leaving = start_broker(redis_url=clean_redis.url, **env)
+    job_id = _create(leaving, hook)
+    until(lambda: hook.calls, 20, "the first POST")
+    # When it is SIGTERMed (a rollout) and another replica runs
+    assert leaving.terminate() == 0
+    hook.holding.clear()
+    hook.released.set()
+    staying = start_broker(redis_url=clean_redis.url, **env)
+    # Then the other one delivers well before the claim would have lapsed
+    until(lambda: _callback(staying, job_id)["status"] == "delivered", 20, "delivered")
+    assert {call.webhook_id for call in hook.calls} == {f"{job_id}:job.completed:1"}
+
+
 def test_an_owed_callback_survives_a_redis_restart(
     start_broker: BrokerFactory,
     simulator: SimulatorProcess,
