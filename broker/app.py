@@ -7,8 +7,11 @@ this module knows the driver, the board and the console all at once (STYLE C.1).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
+import aiohttp
 from aiohttp import web
 from redis.asyncio import Redis
 
@@ -16,6 +19,8 @@ from broker.admission.fair import FairnessSettings, VirtualTimes
 from broker.admission.pacing import Pacing
 from broker.board.projector import BoardSettings
 from broker.board.service import BoardService
+from broker.callbacks.outbox import CallbackSettings
+from broker.callbacks.sender import CallbackDelivery, CallbackSender
 from broker.clock import Clock, SystemClock
 from broker.config import Config
 from broker.console import routes as console
@@ -30,6 +35,7 @@ from broker.http.app import Context, web_app
 from broker.http.appkeys import (
     InFlight,
     admission_key,
+    callbacks_key,
     clock_key,
     config_key,
     draining_key,
@@ -42,6 +48,7 @@ from broker.http.appkeys import (
     snapshot_key,
     store_key,
 )
+from broker.http.render import job_object
 from broker.http.snapshot import LineSnapshot
 from broker.jobs.conversation import Conversations
 from broker.jobs.deltas import SWEEP_S, DeltaSweep
@@ -55,6 +62,7 @@ from broker.metrics import Metrics
 from broker.store import work
 from broker.store.admission import AdmissionStore
 from broker.store.affinity import Affinity
+from broker.store.callbacks import CallbackStore
 from broker.store.connection import connect
 from broker.store.deltas import DeltaSchedule
 from broker.store.durability import Durability
@@ -66,6 +74,8 @@ from broker.store.migrate import MIGRATION_COMMAND, legacy_keys
 from broker.store.scripts import Scripts
 from broker.store.sessions import SessionStore
 from broker.store.upstream_admission import slots_of
+from broker.tasks import cancel_all
+from projections.job import JobView
 
 #: what only the composition root reaches: the HTTP edge never touches the driver, the board or the writer
 board_key = web.AppKey("board", BoardService)
@@ -73,6 +83,7 @@ supervisor_key = web.AppKey("supervisor", Supervisor)
 writer_key = web.AppKey("writer", Writer)
 #: sessions' turns in order (SPEC S4.3), for the service and the runners
 conversations_key = web.AppKey("conversations", Conversations)
+callback_sender_key = web.AppKey("callback_sender", CallbackSender)  #: this replica's (with allowed hosts)
 memory_key = web.AppKey("memory", MemoryWatch)  #: how full Redis is, as this replica last read it (SPEC S4.4)
 
 
@@ -96,6 +107,8 @@ def create_app(
         services.append(_deltas_context)
     if config.board_enabled:
         services.append(_board_context)
+    if config.callback_allowed_hosts:  # without allowed hosts no create takes a callback, and none is delivered
+        services.append(_callbacks_context)
     app = web_app(services)
     app[config_key] = config
     app[clock_key] = clock or SystemClock()
@@ -167,7 +180,8 @@ def _redis_context(url: str | None) -> Context:
         )
         board = BoardSettings.from_config(config)
         memory = app[memory_key] = MemoryWatch(redis, config.redis_memory_high)  # creates read its verdict
-        app[writer_key] = Writer(app[store_key], app[clock_key], app[metrics_key], board)
+        app[callbacks_key] = CallbackStore(redis)
+        app[writer_key] = Writer(app[store_key], app[clock_key], app[metrics_key], board, _callback_settings(app))
         app[service_key] = JobService(
             app[writer_key],
             app[clock_key],
@@ -253,6 +267,39 @@ async def _board_context(app: web.Application) -> AsyncIterator[None]:
     await board.start()
     yield
     await board.stop()
+
+
+def _callback_settings(app: web.Application) -> CallbackSettings:
+    """What job writes need to owe callbacks: the job object as callers see it, and how long deliveries live."""
+    first, config = app[fleet_key].upstreams[0].name, app[config_key]
+
+    def render(view: JobView) -> dict[str, Any]:
+        return job_object(view, first)
+
+    def owed() -> None:
+        if callback_sender_key in app:
+            app[callback_sender_key].owed()
+
+    return CallbackSettings(
+        render=render,
+        retention_ms=config.runs_retention_ms,
+        retry_window_ms=config.callback_retry_window_ms,
+        owed=owed,
+    )
+
+
+async def _callbacks_context(app: web.Application) -> AsyncIterator[None]:
+    """Job callback delivery (SPEC S5.8): every replica claims due deliveries; stopped before Redis closes."""
+    session = aiohttp.ClientSession()
+    settings = CallbackDelivery.from_config(app[config_key])
+    sender = app[callback_sender_key] = CallbackSender(
+        app[callbacks_key], session, settings, app[clock_key], app[metrics_key]
+    )
+    task = asyncio.create_task(sender.run(), name="callback-sender")
+    get_logger("broker.app.Callbacks").info("Started job callback delivery.")
+    yield
+    await cancel_all([task])
+    await session.close()
 
 
 async def drain(app: web.Application) -> None:

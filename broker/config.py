@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import attrs
 from attrs import frozen
 
+from broker.callbacks.hosts import parse_hosts
 from broker.errors import ConfigError
 from broker.upstreams import Upstream, build, parse_urls
 
@@ -19,7 +20,7 @@ LOG_FORMATS = ("json", "text")
 SECRET_PREFIX = "whsec_"  #: Standard Webhooks' symmetric secret form: the prefix, then standard base64 of the key
 SECRET_BYTES = (24, 64)  #: the key length Standard Webhooks asks of a symmetric secret (192 to 512 bits)
 #: variables whose value never appears in an error message
-_HIDDEN = frozenset({"HERMES_API_KEY", "BOARD_SIGNING_SECRET"})
+_HIDDEN = frozenset({"HERMES_API_KEY", "BOARD_SIGNING_SECRET", "CALLBACK_SIGNING_SECRET"})
 #: Prefixes of the broker's own variables: one it does not know is named in a warn line at startup (a typo).
 PREFIXES = ("HERMES_", "RUNS_", "BOARD_", "REDIS_", "ADMISSION_", "CALLBACK_")
 FAIRNESS_DEFAULTS = ("session_key", "session_id", "none")  #: ADMISSION_FAIRNESS_DEFAULT (SPEC S4.2)
@@ -85,6 +86,9 @@ class Config:
     board_refresh_interval_ms: int = 60_000
     board_reconcile_interval_ms: int = 3_600_000
     hermes_ttl_ms: int = 86_400_000
+    callback_allowed_hosts: tuple[str, ...] = ()  #: hosts a job callback may name (SPEC S5.8); empty: refused
+    callback_signing_secrets: tuple[bytes, ...] = attrs.field(default=(), repr=False)  # secrets: never printed
+    callback_retry_window_ms: int = 86_400_000  #: how long one callback delivery is retried
     log_level: str = "info"
     log_format: str = "json"
     console_enabled: bool = True
@@ -343,6 +347,9 @@ _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "BOARD_REFRESH_INTERVAL": ("board_refresh_interval_ms", _integer(0)),
     "BOARD_RECONCILE_INTERVAL": ("board_reconcile_interval_ms", _integer(1)),
     "HERMES_TTL": ("hermes_ttl_ms", _integer(1)),
+    "CALLBACK_ALLOWED_HOSTS": ("callback_allowed_hosts", parse_hosts),
+    "CALLBACK_SIGNING_SECRET": ("callback_signing_secrets", _signing_secrets),
+    "CALLBACK_RETRY_WINDOW": ("callback_retry_window_ms", _integer(1)),
     "LOG_LEVEL": ("log_level", _choice(LOG_LEVELS)),
     "LOG_FORMAT": ("log_format", _choice(LOG_FORMATS)),
     "CONSOLE_ENABLED": ("console_enabled", _boolean),
@@ -390,10 +397,13 @@ MEANINGS: dict[str, str] = {
     "BOARD_PLATFORM": "the platform field of every board report",
     "BOARD_SIGNING_SECRET": "space-separated Standard Webhooks secrets (whsec_...): deliveries are signed",
     "BOARD_RETRIES": "immediate delivery attempts per board report version",
-    "BOARD_TIMEOUT": "per-delivery HTTP timeout",
+    "BOARD_TIMEOUT": "per-delivery HTTP timeout (board reports and job callbacks)",
     "BOARD_REFRESH_INTERVAL": "activity-only refreshes of one thread are delivered at most this often",
     "BOARD_RECONCILE_INTERVAL": "board reconciliation (replay and repair) interval",
     "HERMES_TTL": "board entries expire this long after their source's last activity",
+    "CALLBACK_ALLOWED_HOSTS": "hosts job callbacks may name, comma-separated (name or *.suffix); unset: refused",
+    "CALLBACK_SIGNING_SECRET": "space-separated Standard Webhooks secrets (whsec_...): job callbacks are signed",
+    "CALLBACK_RETRY_WINDOW": "how long one job callback delivery is retried",
     "LOG_LEVEL": "debug, info, warn or error",
     "LOG_FORMAT": "json or text",
     "CONSOLE_ENABLED": "serve the operator console at /console",

@@ -34,6 +34,9 @@ def effective(config: Config, *, tracing: bool) -> Fields:
     }
     if config.board_url:
         fields["boardHost"] = _host(config.board_url)
+    if config.callback_allowed_hosts:  # host names and patterns only; job callbacks are on (SPEC S5.8)
+        fields["callbackHosts"] = ",".join(config.callback_allowed_hosts)
+        fields["callbackSigning"] = bool(config.callback_signing_secrets)
     if tracing:
         fields["traceExporters"] = ",".join(config.otel_traces)
     return fields

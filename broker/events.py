@@ -102,6 +102,7 @@ class JobCreated:
     scheduling: Scheduling = field(factory=Scheduling)  #: absent from events written before S4.2
     #: the session's earlier completed turns go to Hermes as `conversation_history` (SPEC S4.3)
     session_history: bool = False
+    callback_url: str | None = None  #: where the job's callbacks go (SPEC S5.8); None: it has none
 
 
 @frozen(kw_only=True)

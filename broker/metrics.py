@@ -21,6 +21,8 @@ class Metrics:
             "hbr_hermes_call_seconds", "Hermes call latency.", ["method", "route", "status"], registry=r
         )
         self.board_deliveries = Counter("hbr_board_deliveries", "Board deliveries.", ["outcome"], registry=r)
+        #: job callback attempts by outcome: delivered, retried, failed (retry window over), gone (410)
+        self.callback_deliveries = Counter("hbr_callback_deliveries", "Job callback attempts.", ["outcome"], registry=r)
         self.sse_open = Gauge("hbr_sse_streams_open", "Open SSE streams.", registry=r)
         self.queue_depth = Gauge("hbr_queue_depth", "Jobs waiting in the admission line.", registry=r)
         self.oldest_queued_age = Gauge("hbr_oldest_queued_seconds", "Age of the oldest queued job.", registry=r)

@@ -79,6 +79,7 @@ class JobView:
     error_code: str | None = None
     error_message: str | None = None
     dropped_deltas: int = 0
+    callback_url: str | None = None  #: the create's callback URL (SPEC S5.8)
 
 
 def apply(view: JobView | None, event: JobEvent) -> JobView | None:
@@ -108,6 +109,7 @@ def _created(event: JobCreated) -> JobView:
         context=event.context,
         reporting=event.reporting,
         scheduling=event.scheduling,
+        callback_url=event.callback_url,
     )
 
 

@@ -14,6 +14,7 @@ from attrs import frozen
 
 from broker.events import JobStatus
 from broker.http import appkeys
+from broker.http.callbacks import callback_documents
 from broker.http.health import ready_report
 from broker.http.listing import Query, encode_cursor, list_page
 from broker.http.render import job_object
@@ -116,6 +117,7 @@ async def job_page(app: web.Application, snapshot: Snapshot) -> dict[str, Any]:
         {"id": entry_id, "event": str(doc.get("event", "")), "at": when(doc.get("timestamp")), "summary": summary(doc)}
         for entry_id, doc, _ in shown(job_id, entries)
     ]
+    callback = (await callback_documents(app, [snapshot.view])).get(job_id)
     job = job_object(await app[appkeys.service_key].with_line_hold(snapshot.view), appkeys.first_upstream(app))
     return {
         "job": job,
@@ -125,6 +127,7 @@ async def job_page(app: web.Application, snapshot: Snapshot) -> dict[str, Any]:
         "last_event_id": entries[-1][0] if entries else "",
         "truncated": len(entries) >= TIMELINE_LIMIT,
         "board": await _board(app, job_id) if app[appkeys.config_key].board_enabled else None,
+        "callback": _callback(callback),
         "session": _session(
             job_id,
             await app[appkeys.service_key].session_turns(snapshot.view, most=SESSION_TURNS, recent=SESSION_RECENT),
@@ -160,6 +163,13 @@ def _turn_row(job_id: str, turn: str, view: JobView | None, place: str) -> TurnR
     hold = view.hold if place != "completed" else None
     reason, detail = (hold.reason.value, hold.detail or "") if hold is not None else ("", "")
     return TurnRow(turn, view.status.value, place, reason, detail, turn == job_id)
+
+
+def _callback(document: dict[str, object] | None) -> dict[str, str] | None:
+    """The job's callback (SPEC S5.8) as the job page shows it; None for a job without one."""
+    if document is None:
+        return None
+    return {name: shown_value(document[name]) for name in ("url", "status", "attempts", "last_error")}
 
 
 async def _board(app: web.Application, job_id: str) -> dict[str, str] | None:

@@ -15,6 +15,7 @@ from broker.http.snapshot import LineSnapshot
 from broker.jobs.service import JobService
 from broker.metrics import Metrics
 from broker.store.admission import AdmissionStore
+from broker.store.callbacks import CallbackStore
 from broker.store.jobs import JobStore
 
 admission_key = web.AppKey("admission", AdmissionStore)
@@ -27,6 +28,7 @@ store_key = web.AppKey("store", JobStore)
 hermes_key = web.AppKey("hermes", HermesClient)  #: the first upstream's client (SPEC S10)
 fleet_key = web.AppKey("fleet", Fleet)  #: every upstream with its client
 draining_key = web.AppKey("draining", list[bool])  #: a one-element flag, set on SIGTERM
+callbacks_key = web.AppKey("callbacks", CallbackStore)  #: job callbacks' delivery state (SPEC S5.8)
 snapshot_key = web.AppKey("snapshot", LineSnapshot)  #: the line's figures as this replica last read them
 
 

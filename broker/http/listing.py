@@ -13,6 +13,7 @@ from attrs import evolve, frozen
 from broker.errors import InvalidRequest
 from broker.events import JobStatus
 from broker.http import appkeys
+from broker.http.callbacks import callback_documents
 from broker.http.render import job_object, json_response
 from broker.store.listing import Listing, Page, Position
 
@@ -77,10 +78,11 @@ async def list_page(app: web.Application, query: Query) -> Page:
 
 async def list_runs(request: web.Request) -> web.Response:
     page = await list_page(request.app, Query.parse(request.query))
+    first, callbacks = appkeys.first_upstream(request.app), await callback_documents(request.app, page.jobs)
     return json_response(
         {
             "object": "list",
-            "data": [job_object(view, appkeys.first_upstream(request.app)) for view in page.jobs],
+            "data": [job_object(view, first, callbacks.get(view.job_id)) for view in page.jobs],
             "next_cursor": encode_cursor(page.next) if page.next else None,
         }
     )

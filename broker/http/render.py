@@ -32,9 +32,12 @@ def seconds(ms: int) -> float:
     return ms / 1000
 
 
-def job_object(view: JobView, default_upstream: str | None = None) -> dict[str, Any]:
+def job_object(
+    view: JobView, default_upstream: str | None = None, callback: Mapping[str, object] | None = None
+) -> dict[str, Any]:
     """The job object; `default_upstream` (the first upstream's name, SPEC S10) is the upstream of a run accepted
-    by a broker before S10 (its `job.accepted` names none)."""
+    by a broker before S10 (its `job.accepted` names none); `callback`: the job's callback state (SPEC S5.8), shown
+    when given (a callback's own payload carries the job object without it)."""
     document: dict[str, Any] = {
         "object": "hermes.run",
         "run_id": view.job_id,
@@ -64,6 +67,8 @@ def job_object(view: JobView, default_upstream: str | None = None) -> dict[str, 
     document["upstream"] = view.upstream or (default_upstream if view.attempts else None)
     if view.dropped_deltas:
         document["dropped_deltas"] = view.dropped_deltas
+    if callback is not None:
+        document["callback"] = dict(callback)
     return document
 
 

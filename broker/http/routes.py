@@ -7,6 +7,7 @@ from aiohttp import web
 from broker import tracing
 from broker.errors import JobNotFound
 from broker.http import appkeys as keys
+from broker.http.callbacks import callback_documents
 from broker.http.crosssite import same_site_only
 from broker.http.errors import envelope
 from broker.http.proxy import proxy_or_not_found
@@ -21,15 +22,21 @@ _CREATE_ATTRIBUTES = {"http.request.method": "POST", "http.route": "/v1/runs"}
 async def create_run(request: web.Request) -> web.Response:
     caller = request.headers.get("traceparent")  # the job's trace continues the caller's (SPEC S6.1)
     with tracing.start(tracing.CREATE, parent=caller, kind=tracing.Kind.SERVER, attributes=_CREATE_ATTRIBUTES) as span:
-        max_body = request.app[keys.config_key].hermes_max_body
-        run = parse_create(await request.read(), request.headers, max_body=max_body)
+        config = request.app[keys.config_key]
+        run = parse_create(
+            await request.read(),
+            request.headers,
+            max_body=config.hermes_max_body,
+            callback_hosts=config.callback_allowed_hosts,
+        )
         result = await request.app[keys.service_key].create(run, traceparent=span.traceparent)
         span.set(tracing.JOB, result.view.job_id)
         span.set("job.replayed", result.replayed)
         span.set("http.response.status_code", 202)
     headers = {"Idempotency-Replayed": "true"} if result.replayed else None
+    callback = (await callback_documents(request.app, [result.view])).get(result.view.job_id)
     return json_response(
-        {**job_object(result.view, keys.first_upstream(request.app)), "replayed": result.replayed},
+        {**job_object(result.view, keys.first_upstream(request.app), callback), "replayed": result.replayed},
         status=202,
         headers=headers,
     )
@@ -43,7 +50,8 @@ async def get_run(request: web.Request) -> web.StreamResponse:
         view = await request.app[keys.service_key].get(run_id)
     except JobNotFound:
         return await proxy_or_not_found(request, run_id)
-    return json_response(job_object(view, keys.first_upstream(request.app)))
+    callback = (await callback_documents(request.app, [view])).get(view.job_id)
+    return json_response(job_object(view, keys.first_upstream(request.app), callback))
 
 
 @same_site_only

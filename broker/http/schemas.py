@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from broker.admission.fair import PRIORITIES, SchedulingRequest
+from broker.callbacks.hosts import CallbackRefused, parse_callback
 from broker.config import MAX_FAIRNESS_WEIGHT, MULTITASK
 from broker.errors import BodyTooLarge, InvalidRequest
 from broker.events import Context, Link, Reporting
@@ -30,15 +31,18 @@ MAX_FAIRNESS_KEY = 64
 _PLAIN_URL = re.compile(r"https?://[A-Za-z0-9.-]+(?::[0-9]*)?(?:[/?#]|\Z)")
 
 
-def parse_create(raw: bytes, headers: Mapping[str, str], *, max_body: int) -> CreateRun:
+def parse_create(
+    raw: bytes, headers: Mapping[str, str], *, max_body: int, callback_hosts: tuple[str, ...] = ()
+) -> CreateRun:
     """The create command of a POST /v1/runs; InvalidRequest naming the offending path, BodyTooLarge when the
-    execution body, as it is sent to Hermes, is over `max_body` bytes."""
+    execution body, as it is sent to Hermes, is over `max_body` bytes. `callback_hosts`: CALLBACK_ALLOWED_HOSTS."""
     idempotency_key = parse_idempotency_key(headers.get("Idempotency-Key"))
     session_key = parse_session_key(headers.get("X-Hermes-Session-Key"))
     payload = _json_object(raw)
     body = _execution_body(payload)
     scheduling = parse_scheduling(payload["scheduling"]) if "scheduling" in payload else SchedulingRequest()
     history = parse_session_history(payload.get("session_history"), body, scheduling)
+    callback_url = _callback(payload["callback"], callback_hosts) if payload.get("callback") is not None else None
     # These bytes are stored with the job and sent to Hermes unchanged on every attempt: their size is the size
     # of every create the job makes (a session's history, SPEC S4.3, comes on top).
     execution_body = orjson.dumps(body)
@@ -55,7 +59,15 @@ def parse_create(raw: bytes, headers: Mapping[str, str], *, max_body: int) -> Cr
         reporting=parse_reporting(payload.get("reporting")) if "reporting" in payload else Reporting(),
         scheduling=scheduling,
         session_history=history,
+        callback_url=callback_url,
     )
+
+
+def _callback(value: Any, hosts: tuple[str, ...]) -> str:
+    try:
+        return parse_callback(value, hosts)
+    except CallbackRefused as refused:
+        raise InvalidRequest("invalid_callback", str(refused), param=refused.path) from None
 
 
 def parse_idempotency_key(value: str | None) -> str | None:

@@ -26,6 +26,7 @@ class CreateRun:
     scheduling: SchedulingRequest = field(factory=SchedulingRequest)  #: as given; resolved by the service (SPEC S4.2)
     #: `session_history` as given (SPEC S4.3); None: not given, RUNS_SESSION_HISTORY decides where it can apply
     session_history: bool | None = None
+    callback_url: str | None = None  #: `callback.url`, its host allowed (SPEC S5.8)
 
 
 @frozen

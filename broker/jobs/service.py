@@ -110,6 +110,7 @@ class JobService:
             traceparent=traceparent,
             scheduling=scheduling,
             session_history=self._history(request, scheduling.multitask),
+            callback_url=request.callback_url,
         )
         try:
             outcome = await self._writer.create(event)

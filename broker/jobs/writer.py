@@ -9,11 +9,13 @@ import logging
 from collections.abc import Callable, Sequence
 
 from broker.board.projector import BoardSettings, board_write
+from broker.callbacks.outbox import CallbackSettings, owed
 from broker.clock import Clock
 from broker.errors import Busy, JobNotFound, StreamConflict
 from broker.events import JobCreated, JobEvent
 from broker.jobs import journal
 from broker.metrics import Metrics
+from broker.store.callbacks import CallbackWrite
 from broker.store.jobs import BoardWrite, Created, JobStore, Snapshot
 from projections import board as board_projection
 from projections.job import JobView, apply, fold
@@ -24,11 +26,20 @@ Facts = Callable[[JobView], list[JobEvent]]
 
 
 class Writer:
-    def __init__(self, store: JobStore, clock: Clock, metrics: Metrics, board: BoardSettings | None) -> None:
+    def __init__(
+        self,
+        store: JobStore,
+        clock: Clock,
+        metrics: Metrics,
+        board: BoardSettings | None,
+        callbacks: CallbackSettings | None = None,
+    ) -> None:
+        """`callbacks`: None writes no callback deliveries (a job created with one keeps its URL, SPEC S5.8)."""
         self.store = store
         self._clock = clock
         self._metrics = metrics
         self._board = board
+        self._callbacks = callbacks
 
     async def create(self, event: JobCreated) -> Created:
         view = apply(None, event)
@@ -66,6 +77,7 @@ class Writer:
                     board=board,
                     before=snapshot.view,
                     release=released is not None,
+                    callback=(callback := self._callback_write(snapshot.view, events)),
                 )
             except StreamConflict:
                 log.debug("Retried an append after a concurrent write.", extra={"job": job_id})
@@ -75,9 +87,26 @@ class Writer:
                 continue
             if released is not None and lease_token and view.status.terminal and not snapshot.view.status.terminal:
                 released()
+            if callback is not None and self._callbacks is not None:
+                self._callbacks.owed()
             journal.record(log, self._metrics, view, events)
             return Snapshot(view, ids[-1], board.state if board else snapshot.board)
         raise Busy(f"Job {job_id} is changing too fast; try again")
+
+    def _callback_write(self, before: JobView, events: Sequence[JobEvent]) -> CallbackWrite | None:
+        """The callback deliveries the events owe (SPEC S5.8); None for a job without a callback."""
+        settings = self._callbacks
+        if settings is None or before.callback_url is None:
+            return None
+        deliveries = owed(before, events, settings.render)
+        if not deliveries:
+            return None
+        return CallbackWrite(
+            url=before.callback_url,
+            add=tuple((delivery.webhook_id, delivery.body) for delivery in deliveries),
+            now_ms=self._clock.now_ms(),
+            ttl_ms=settings.ttl_ms,
+        )
 
     async def load(self, job_id: str) -> Snapshot:
         snapshot = await self.store.load(job_id)

@@ -18,6 +18,7 @@ from broker.events import HermesEventRecorded, JobCreated, JobEvent, JobStatus, 
 from broker.logging import get_logger
 from broker.store import keys, lean, signals
 from broker.store.batch import ScriptBatch
+from broker.store.callbacks import CallbackWrite
 from broker.store.connection import is_cluster
 from broker.store.durability import Durability
 from broker.store.entries import Entries, EventFormat
@@ -152,13 +153,14 @@ class JobStore:
         due_at: int | None = None,
         before: JobView | None = None,
         release: bool = False,
+        callback: CallbackWrite | None = None,
     ) -> list[str]:
         """Append `events` with `view` (their fold); raise StreamConflict, LeaseLost or JobNotFound.
 
         `due_at`: the job's next wake-up in the due schedule, set in the same write; `before`: the view the
         events were folded onto (its listing entry then moves only when the status or updated_at changed);
         `release`: when the write ends the job, `lease_token`'s run lease is released in it too (as
-        Leases.release(due_at_ms=None) would)."""
+        Leases.release(due_at_ms=None) would); `callback`: the callback deliveries the events owe (SPEC S5.8)."""
         reply = await self._write(
             job_id,
             events,
@@ -169,6 +171,7 @@ class JobStore:
             due_at=due_at,
             before=before,
             release=release,
+            callback=callback,
         )
         match reply[0]:
             case "OK":
@@ -198,6 +201,7 @@ class JobStore:
         turn: tuple[str, list[str | int]] | None = None,
         newcomer: bool = False,
         release: bool = False,
+        callback: CallbackWrite | None = None,
     ) -> list[str]:
         """One append_events.lua over the job's partition (one slot; on a single Redis also the work stream,
         when `ring`, and the turns of a new job's fairness key, `turn`); acknowledged after WAIT when asked."""
@@ -243,20 +247,28 @@ class JobStore:
         }
         if runs:  # what packed entries leave out, kept once in the view hash (broker/store/entries.py)
             write["runs"] = [item for field_run in runs.items() for item in field_run]
-        script_keys = self._script_keys(job_id, write, turn)
+        script_keys = self._script_keys(job_id, write, turn, callback)
         args = [orjson.dumps(write), encode_view(view), state, report, *stored]
         if self._batch is not None:
             return as_strings(await self._batch.run(self._scripts.append_events, script_keys, args))
         return as_strings(await self._scripts.run(self._scripts.append_events, keys=script_keys, args=args))
 
     def _script_keys(
-        self, job_id: str, write: dict[str, object], turn: tuple[str, list[str | int]] | None
+        self,
+        job_id: str,
+        write: dict[str, object],
+        turn: tuple[str, list[str | int]] | None,
+        callback: CallbackWrite | None,
     ) -> list[str]:
-        """append_events.lua's KEYS; with the line, the top zset where the key's count is mirrored (SPEC S4.2)."""
+        """append_events.lua's KEYS; with the line, the top zset where the key's count is mirrored (SPEC S4.2);
+        with owed callbacks, the job's callback hash and its partition's schedule (SPEC S5.8)."""
         script_keys = [*_write_keys(job_id), *([] if self._cluster else [keys.WORK]), *([turn[0]] if turn else [])]
         if "line" in write:
             script_keys.append(keys.fair_top(keys.partition_of(job_id)))
             write["top"] = str(len(script_keys))
+        if callback is not None and callback.add:
+            script_keys.extend(callback.script_keys(job_id))
+            write["callback"] = callback.fields(len(script_keys) - 1, len(script_keys))
         return script_keys
 
     def _ending(self, view: JobView, *, release: bool) -> dict[str, str]:

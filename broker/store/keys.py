@@ -18,6 +18,11 @@ hbr:{pN}:J:view              hash    `state` = view JSON, `last_id` = id folded 
                                      instead of `state` (broker/store/lean.py)
 hbr:{pN}:J:lease             string  run lease token                                   RUNS_LEASE; driver
 hbr:{pN}:J:board             hash    latest board report, pending and acked versions   until expiry; job write
+hbr:{pN}:J:callback          hash    the job's callback deliveries (SPEC S5.8):        as the events (at least
+                                     `url`, `status`, `attempts`, `last_error`,        CALLBACK_RETRY_WINDOW)
+                                     `queue` (owed webhook ids in order), per id        from its terminal write;
+                                     `b:<id>` body, `s:<id>` first owed ms, `t:<id>`    job write, callback
+                                     failed attempts; only jobs with a callback        sender
 hbr:{pN}:due                 zset    job id -> epoch ms of its next wake-up (memory)   none; job write, driver
 hbr:{pN}:line                zset    jobs waiting for Hermes -> score (S4.1, S4.2)     none; job write, claim
 hbr:{pN}:fair                hash    per fairness key with waiting jobs in the         none; job write, claim,
@@ -33,6 +38,8 @@ hbr:{pN}:turns:<prio>        zset    fairness key of this partition -> its next 
 hbr:{pN}:board:outbox        stream  due board deliveries; group `senders`             acked; job write, promoter
 hbr:{pN}:board:due           zset    job id -> when a coalesced refresh is due         none; job write, sender
 hbr:{pN}:board:index         zset    job id -> sourceActivityAt + HERMES_TTL           none; job write
+hbr:{pN}:callbacks:due       zset    job id -> when its next callback delivery is due  none; job write,
+                                     (a claimed one: when its claim lapses)            callback sender
 hbr:{pN}:runs                zset    job id -> updated_at ms: the listing (S3.9)        past RUNS_RETENTION; job write
 hbr:{pN}:runs:<status>       zset    the same, one per job status (the status filter)  past RUNS_RETENTION; job write
 hbr:{pN}:deltas              zset    finished job id -> when its deltas are removed    none; terminal job write,
@@ -199,6 +206,11 @@ def board(job_id: str) -> str:
     return f"{_job(job_id)}:board"
 
 
+def callback(job_id: str) -> str:
+    """The job's callback deliveries (SPEC S5.8): written only for jobs created with a callback."""
+    return f"{_job(job_id)}:callback"
+
+
 def compact(job_id: str) -> str:
     """The job's stream without its message deltas while remove_deltas.lua builds it in slices (SPEC S3.6)."""
     return f"{_job(job_id)}:compact"
@@ -282,6 +294,11 @@ def board_due(partition: int) -> str:
 
 def board_index(partition: int) -> str:
     return f"{_tag(partition)}:board:index"
+
+
+def callbacks_due(partition: int) -> str:
+    """Jobs of the partition owing a callback delivery -> when it is due (SPEC S5.8)."""
+    return f"{_tag(partition)}:callbacks:due"
 
 
 def runs(partition: int) -> str:

@@ -54,6 +54,8 @@ NAMES = (
     "session_turn",
     "session_release",
     "session_history",
+    "callback_claim",
+    "callback_result",
 )
 
 

@@ -25,6 +25,8 @@ def _secret_laden() -> dict[str, str]:
         "BOARD_SIGNING_SECRET": SECRET,
         "ADMISSION_FAIRNESS_WEIGHTS": "tenant-a=2,tenant-b=0.5",
         "RUNS_DELTA_RETENTION": "0",
+        "CALLBACK_ALLOWED_HOSTS": "hooks.example,*.example.org",
+        "CALLBACK_SIGNING_SECRET": SECRET,
     }
 
 
@@ -38,6 +40,7 @@ def test_the_effective_configuration_names_hosts_and_modes_never_a_secret() -> N
     assert (fields["retentionMs"], fields["deltaRetentionMs"]) == (604_800_000, 0)
     assert (fields["fairnessDefault"], fields["fairnessWeights"]) == ("session_key", 2)
     assert fields["tracing"] is True
+    assert (fields["callbackHosts"], fields["callbackSigning"]) == ("hooks.example,*.example.org", True)
     shown = repr(fields)
     for secret in (API_KEY, PASSWORD, BOARD_PASSWORD, SECRET, SECRET.removeprefix("whsec_")):
         assert secret not in shown

@@ -87,6 +87,10 @@ function jobPage(main) {
       element.textContent = name === "created_at" || name === "updated_at" ? when(value) : shown(value);
       if (name === "status") element.className = `status status-${value}`;
     }
+    for (const element of main.querySelectorAll("[data-callback-field]")) {
+      const name = element.dataset.callbackField;
+      if (job.callback && name in job.callback) element.textContent = shown(job.callback[name]);
+    }
     if (["completed", "failed", "cancelled"].includes(job.status)) {
       for (const form of main.querySelectorAll("[data-stop-form]")) form.remove();
     }

@@ -51,6 +51,11 @@
 --              would right after (one round trip less)
 --   runs       present: [field, run id, ...] of the view hash: the Hermes run id of each attempt accepted
 --              in this write or whose events it stores packed (broker/codec.py: they leave it out)
+--   callback   present (a job with a callback whose events owe deliveries, SPEC S5.8): {hash, due (indexes in
+--              KEYS of the job's callback hash and the partition's callbacks due zset), url, now (epoch ms),
+--              ttl (ms the hash lives from the job's terminal write), add: [{id, body}]}: each owed delivery
+--              joins the hash's queue (an id owed already is not owed twice) and the job is due at once,
+--              unless a delivery of it is due or claimed already; nothing after a 410 (`status` gone)
 --   board      present: a new board version {at, change ('1' = state change), expire (epoch ms),
 --              refresh (ms), now (epoch ms)}
 --   index      present (the job's status or updated_at changed): the listing entry {score (the view's
@@ -193,6 +198,25 @@ if x then
       redis.call('ZREM', target, unpack(expired))
       redis.call('ZREM', KEYS[10], unpack(expired))
     end
+  end
+end
+
+local c = w.callback
+if c then
+  local hash, due = KEYS[tonumber(c.hash)], KEYS[tonumber(c.due)]
+  if redis.call('HGET', hash, 'status') ~= 'gone' then
+    local queue = redis.call('HGET', hash, 'queue') or ''
+    for _, d in ipairs(c.add) do
+      if redis.call('HSETNX', hash, 'b:' .. d.id, d.body) == 1 then
+        redis.call('HSET', hash, 's:' .. d.id, c.now)
+        queue = queue == '' and d.id or (queue .. ' ' .. d.id)
+      end
+    end
+    redis.call('HSET', hash, 'url', c.url, 'status', 'pending', 'queue', queue)
+    redis.call('ZADD', due, 'NX', c.now, w.job)
+  end
+  if w.expire then
+    redis.call('PEXPIRE', hash, c.ttl)
   end
 end
 

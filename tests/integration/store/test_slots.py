@@ -25,6 +25,7 @@ from broker.events import HoldReason, JobCreated, JobFinished, JobStatus, Schedu
 from broker.store import keys, scripts
 from broker.store.admission import AdmissionStore
 from broker.store.board import BoardStore, OutboxEntry
+from broker.store.callbacks import CallbackStore, CallbackWrite
 from broker.store.connection import connect
 from broker.store.deltas import DeltaSchedule
 from broker.store.fair_top import FairTopRepair
@@ -157,6 +158,27 @@ async def _append(redis: Redis) -> object:
     event = JobCreated(job_id=JOB, at_ms=1_000, body='{"input":"x"}', fingerprint="f")
     board = BoardWrite(state=BoardState(), report=b"{}", at_ms=2, state_change=True, expire_at_ms=10**13, now_ms=2)
     return await store.append(JOB, [event], snapshot.view, expected_last_id=None, board=board, due_at=5)
+
+
+async def _callbacks(redis: Redis) -> object:
+    """A job write owing a callback, a claim of every partition's schedule, an attempt's outcome (SPEC S5.8)."""
+    await _create(redis)
+    store = JobStore(redis, retention_ms=60_000)
+    snapshot = await store.load(JOB)
+    assert snapshot is not None
+    finished = JobFinished(job_id=JOB, at_ms=2_000, status=JobStatus.COMPLETED)
+    owed = CallbackWrite(url="https://h/", add=((f"{JOB}:job.completed:1", b"{}"),), now_ms=2_000, ttl_ms=60_000)
+    view = fold([finished], snapshot.view)
+    assert view is not None
+    await store.append(JOB, [finished], view, expected_last_id=None, before=snapshot.view, callback=owed)
+    callbacks = CallbackStore(redis)
+    assert await callbacks.claim(3_000, 1_000, 10) == [JOB]
+    first = await callbacks.first_owed(JOB)
+    assert first is not None
+    await callbacks.record(first, "retry", error="HTTP 503", retry_at_ms=4_000, now_ms=3_000)
+    await callbacks.record(first, "delivered", now_ms=4_000)
+    await callbacks.idle(JOB, 5_000)
+    return await callbacks.states([(JOB, "https://h/")])
 
 
 async def _renew(redis: Redis) -> object:
@@ -340,6 +362,7 @@ SINGLE_SLOT: list[tuple[str, Operation]] = [
     ("board outbox ack+delete (MULTI)", _board_outbox_done),
     ("board outbox handover (MULTI)", _board_handover),
     ("release_lock", _release_lock),
+    ("append_events (owing a callback) + callback_claim + callback_result (SPEC S5.8)", _callbacks),
     ("reindex_job", _reindex),
     ("listing read of one status", _list_one_status),
     ("listing read over two statuses", _list_statuses),
@@ -353,7 +376,7 @@ COVERED = {
     "admission_requeue", "admission_enter", "admission_fair_clear", "admission_ties", "fair_turn",
     "replace_view", "remove_deltas", "board_ack", "board_promote", "release_lock",
     "reindex_job", "upstream_heard", "upstream_probe", "line_figures", "fair_top_repair", "session_turn",
-    "session_release", "session_history",
+    "session_release", "session_history", "callback_claim", "callback_result",
 }  # fmt: skip
 
 
@@ -394,6 +417,8 @@ def test_every_key_of_a_job_write_maps_to_one_slot(job_id: str) -> None:
         keys.compact(job_id),
         keys.arrivals(partition),
         keys.runs(partition),
+        keys.callback(job_id),
+        keys.callbacks_due(partition),
     ]
     assert len({key_slot(key.encode()) for key in job_write}) == 1
     admission = [keys.ADMISSION_STATE, keys.ADMISSION_LIVE, keys.ADMISSION_SLOTS, keys.ADMISSION_RESERVED]

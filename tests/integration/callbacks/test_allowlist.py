@@ -1,0 +1,81 @@
+"""The create's `callback` (SPEC S5.8): only a URL whose host is in CALLBACK_ALLOWED_HOSTS is taken; anything else
+answers 400 `invalid_callback` naming the field, and nothing is stored."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from tests.integration.conftest import ClientFactory
+
+ALLOWED = ("hooks.example.com", "*.example.org")
+
+REFUSED = [
+    ({"url": "https://internal.local/hook"}, "callback.url", "not in CALLBACK_ALLOWED_HOSTS"),
+    ({"url": "https://example.org/hook"}, "callback.url", "not in CALLBACK_ALLOWED_HOSTS"),  # *.suffix: under it
+    ({"url": "https://hooks.example.com.evil.net/"}, "callback.url", "not in CALLBACK_ALLOWED_HOSTS"),
+    ({"url": "https://user:pw@hooks.example.com/"}, "callback.url", "username or password"),
+    ({"url": "ftp://hooks.example.com/"}, "callback.url", "http or https URL"),
+    ({"url": "https://hooks.example.com/" + "a" * 2048}, "callback.url", "at most 2048"),
+    ({"url": 5}, "callback.url", "http or https URL"),
+    ({}, "callback.url", "http or https URL"),
+    (["https://hooks.example.com/"], "callback", "must be an object"),
+    ("https://hooks.example.com/", "callback", "must be an object"),
+]
+
+
+async def _keys(redis: Redis) -> set[str]:
+    return {key async for key in redis.scan_iter(count=1_000)}
+
+
+@pytest.mark.parametrize(("callback", "param", "says"), REFUSED)
+async def test_a_callback_the_allowlist_refuses_answers_400_and_stores_nothing(
+    make_client: ClientFactory, redis: Redis, callback: Any, param: str, says: str
+) -> None:
+    # Given a broker allowing two hosts
+    client = await make_client(callback_allowed_hosts=ALLOWED)
+    before = await _keys(redis)
+    # When a create names another host (or a URL that breaks a rule)
+    answer = await client.post("/v1/runs", json={"input": "hi", "callback": callback}, headers={"Idempotency-Key": "k"})
+    # Then it is refused, naming the field, and nothing was stored (the key is still free)
+    assert answer.status == 400
+    error = (await answer.json())["error"]
+    assert (error["code"], error["param"], error["type"]) == ("invalid_callback", param, "invalid_request_error")
+    assert says in error["message"]
+    assert await _keys(redis) == before
+
+
+async def test_without_allowed_hosts_every_callback_is_refused(make_client: ClientFactory) -> None:
+    client = await make_client()
+    answer = await client.post("/v1/runs", json={"input": "hi", "callback": {"url": "https://hooks.example.com/"}})
+    assert answer.status == 400 and (await answer.json())["error"]["code"] == "invalid_callback"
+
+
+@pytest.mark.parametrize(
+    "url", ["https://hooks.example.com/h", "http://HOOKS.example.com:8443/h", "https://a.b.example.org/"]
+)
+async def test_an_allowed_host_is_taken_and_shown_pending(make_client: ClientFactory, url: str) -> None:
+    client = await make_client(callback_allowed_hosts=ALLOWED)
+    answer = await client.post("/v1/runs", json={"input": "hi", "callback": {"url": url}})
+    assert answer.status == 202
+    created = await answer.json()
+    assert created["callback"] == {"url": url, "status": "pending", "attempts": 0, "last_error": None}
+    shown = await (await client.get(f"/v1/runs/{created['run_id']}")).json()
+    assert shown["callback"] == created["callback"]
+    listed = await (await client.get("/v1/runs")).json()
+    assert listed["data"][0]["callback"] == created["callback"]
+
+
+async def test_a_replay_never_changes_a_jobs_callback(make_client: ClientFactory) -> None:
+    # Given a job created with a callback under an Idempotency-Key
+    client = await make_client(callback_allowed_hosts=ALLOWED)
+    first = {"input": "hi", "callback": {"url": "https://hooks.example.com/one"}}
+    created = await (await client.post("/v1/runs", json=first, headers={"Idempotency-Key": "same"})).json()
+    # When the create is replayed with another callback, or none
+    for body in ({"input": "hi", "callback": {"url": "https://hooks.example.com/two"}}, {"input": "hi"}):
+        again = await client.post("/v1/runs", json=body, headers={"Idempotency-Key": "same"})
+        replayed = await again.json()
+        # Then the job keeps its first callback
+        assert replayed["replayed"] is True and replayed["callback"] == created["callback"]
