@@ -1,12 +1,14 @@
 """The project's benchmark: the broker beside a baseline measured in the same run, row by row.
 
-    python scripts/bench.py [--quick] [--json] [--only ROW[,ROW]] [--rounds N] [--keep-logs]
+    python scripts/bench.py [--quick] [--json] [--only ROW[,ROW]] [--rounds N] [--keep-logs] [--against REF]
 
 Starts everything it needs on loopback (redis-server on a free port without persistence, the Hermes
 simulator, broker replicas as `python -m broker`, each baseline in its own process, `wrk` when installed)
 and stops it all on exit, Ctrl-C or SIGTERM. Prints a Markdown table: per row the broker's median with its
 min-max over alternating broker/baseline rounds, the baseline's (or the target), and their ratio.
-`--quick` is a smoke run of every row at tiny sizes (CI). Rows (`--only` names):
+`--quick` is a smoke run of every row at tiny sizes (CI). `--against REF` runs the selected rows for this
+checkout and for the commit REF (unpacked with a virtualenv of its own under ~/.cache), alternating rounds, and
+prints each side's ratio to its own baseline and their quotient. Rows (`--only` names):
 
   create     POST /v1/runs at c8 and c64, Hermes busy        vs a bare aiohttp + one Lua script (ceiling)
   e2e        jobs/s end to end, 1 and 2 replicas; Redis commands per job      vs an arq worker
@@ -41,6 +43,7 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 
+from benchlib import against  # noqa: E402
 from benchlib.figures import Row, as_json, markdown  # noqa: E402
 from benchlib.load import have_wrk  # noqa: E402
 from benchlib.procs import Services, Stack  # noqa: E402
@@ -86,11 +89,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--only", default="", help=f"comma-separated rows: {','.join(SCENARIOS)} (default: every row)")
     parser.add_argument("--rounds", type=int, default=0, help="alternating rounds per row (default: 5, quick 1)")
     parser.add_argument("--keep-logs", action="store_true", help="keep the work directory with every process log")
+    parser.add_argument("--against", default="", metavar="REF", help="also measure commit REF, round by round")
     args = parser.parse_args(argv)
     unknown = {name for name in args.only.split(",") if name} - set(SCENARIOS)
     if unknown:
         parser.error(f"unknown rows: {', '.join(sorted(unknown))}")
     return args
+
+
+def compare(args: argparse.Namespace) -> int | None:
+    """The side-by-side run; None when REF could not be made ready (then this checkout runs alone)."""
+    options = [*(["--quick"] if args.quick else []), *(["--only", args.only] if args.only else [])]
+    try:
+        commit = against.prepare(against.commit_of(args.against))
+    except against.AgainstError as error:
+        print(f"bench: {error}; measuring this checkout alone", file=sys.stderr)
+        return None
+    return against.run(commit, args.rounds or (1 if args.quick else 3), options)
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -135,6 +150,8 @@ def _terminate(signum: int, frame: object) -> None:
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, _terminate)
     try:
-        sys.exit(asyncio.run(main(parse_args())))
+        arguments = parse_args()
+        compared = compare(arguments) if arguments.against else None
+        sys.exit(compared if compared is not None else asyncio.run(main(arguments)))
     except KeyboardInterrupt:
         sys.exit(130)

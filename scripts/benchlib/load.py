@@ -47,11 +47,12 @@ end
 
 
 def create_body(text: str = "bench create", pad_to: int = 724) -> bytes:
-    """A create body of about `pad_to` bytes: input, instructions, session, and a context with 3 links."""
+    """A create body of about `pad_to` bytes: input, instructions and a context with 3 links. No `session_id`: the
+    jobs of a row are independent (turns of one session would run one at a time, SPEC S4.3; the conversations row
+    measures those)."""
     body: dict[str, object] = {
         "input": text,
         "instructions": "You review staging promotions. Summarise the risky changes in five bullet points.",
-        "session_id": "bench-session-0001",
         "context": {"title": "Review staging promotion of payments-service 2026.12.1",
                     "url": "https://git.example.com/group/payments-service/-/merge_requests/1234",
                     "links": [{"text": text_, "url": url} for text_, url in LINKS]},

@@ -59,10 +59,11 @@ def test_the_table_shows_median_range_and_ratio_and_escapes_pipes() -> None:
     assert lines[3] == "| a\\|b | KB | 5.00 (n=1) | target 2.5 KB | - |"
 
 
-def test_the_create_body_is_about_724_bytes_with_a_context_of_three_links() -> None:
+def test_the_create_body_is_about_724_bytes_with_a_context_of_three_links_and_no_session() -> None:
     body = orjson.loads(create_body())
     assert len(create_body()) == 724
     assert len(body["context"]["links"]) == 3 and body["context"]["title"]
+    assert "session_id" not in body  # a row's jobs would otherwise be turns of one session, run one at a time
 
 
 def _create(key: str | None, status: int | None, run_id: str | None = None) -> dict[str, object]:
