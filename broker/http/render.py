@@ -32,9 +32,9 @@ def seconds(ms: int) -> float:
     return ms / 1000
 
 
-def job_object(view: JobView, default_upstream: str | None = None) -> dict[str, Any]:
+def job_object(view: JobView, default_upstream: str | None = None, owner: str | None = None) -> dict[str, Any]:
     """The job object; `default_upstream` (the first upstream's name, SPEC S10) is the upstream of a run accepted
-    by a broker before S10 (its `job.accepted` names none)."""
+    by a broker before S10 (its `job.accepted` names none); `owner` the replica driving it (None: none does)."""
     document: dict[str, Any] = {
         "object": "hermes.run",
         "run_id": view.job_id,
@@ -62,6 +62,7 @@ def job_object(view: JobView, default_upstream: str | None = None) -> dict[str, 
         "multitask": scheduling.multitask,
     }
     document["upstream"] = view.upstream or (default_upstream if view.attempts else None)
+    document["owner"] = owner
     if view.dropped_deltas:
         document["dropped_deltas"] = view.dropped_deltas
     return document
