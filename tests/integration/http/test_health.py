@@ -91,11 +91,12 @@ async def test_readyz_and_metrics_show_each_upstreams_admission(make_client: Any
     assert answer.status == 200
     first, other = report["admission"]["upstreams"]
     assert first == {
-        "name": "127.0.0.1:9", "live": 0, "limit": 2, "learnt": True, "refusing": False, "reason": None,
-        "detail": None, "retry_at": None, "lost": False, "unreachable_since": None,
+        "name": "127.0.0.1:9", "condition": "up", "live": 0, "limit": 2, "learnt": True, "refusing": False,
+        "reason": None, "detail": None, "retry_at": None, "lost": False, "unreachable_since": None,
     }  # fmt: skip
     assert other["name"] == second and (other["limit"], other["learnt"]) == (4, False)
     assert (other["refusing"], other["reason"], other["detail"]) == (True, "draining", "Draining.")
+    assert other["condition"] == "refusing"
     assert isinstance(other["retry_at"], float) and other["lost"] is False
     assert report["admission"]["refusing"] is False  # the top-level fields are the first upstream's
     assert 'hbr_upstream_limit{upstream="127.0.0.1:10/agent"} 4.0' in metrics
