@@ -26,11 +26,13 @@ async def test_readyz_reports_redis_the_queue_and_hermes(client: TestClient[Any,
     assert "hermes_answered" in report
 
 
-async def test_readyz_is_503_while_draining(client: TestClient[Any, Any]) -> None:
+async def test_readyz_is_503_while_draining_and_metrics_say_so(client: TestClient[Any, Any]) -> None:
+    assert "hbr_ready 1.0" in await (await client.get("/metrics")).text()
     client.app[draining_key][0] = True  # type: ignore[index]
     answer = await client.get("/readyz")
     report = await answer.json()
     assert answer.status == 503 and report["reason"] == "draining" and report["status"] == "not_ready"
+    assert "hbr_ready 0.0" in await (await client.get("/metrics")).text()
 
 
 async def test_metrics_count_created_and_replayed_jobs(client: TestClient[Any, Any]) -> None:
