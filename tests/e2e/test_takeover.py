@@ -109,10 +109,10 @@ def test_the_owner_is_the_driving_replica_and_after_a_takeover_the_new_one(
     doomed = start_broker(redis_url=clean_redis.url, **env)
     (job_id,) = create_jobs(doomed, 1, "slow sleep:6")
     until(lambda: statuses(doomed, [job_id]) == ["running"], 15)
-    doomed_id = _replica(doomed)
+    doomed_id = replica_of(doomed)
     assert doomed.request("GET", f"/v1/runs/{job_id}")[1]["owner"] == doomed_id
     survivor = start_broker(redis_url=clean_redis.url, **env)
-    survivor_id = _replica(survivor)
+    survivor_id = replica_of(survivor)
     assert survivor_id != doomed_id
     # When that replica is SIGKILLed
     doomed.kill()
@@ -128,7 +128,7 @@ def _records(broker: BrokerProcess) -> list[dict[str, Any]]:
     return [json.loads(line) for line in broker.log_path.read_text().splitlines() if line.startswith("{")]
 
 
-def _replica(broker: BrokerProcess) -> str:
+def replica_of(broker: BrokerProcess) -> str:
     """The replica id every log line of the broker carries (one per process)."""
     ids = {record["replica"] for record in _records(broker)}
     assert len(ids) == 1, ids
