@@ -45,15 +45,15 @@ def _gauges(broker: BrokerProcess, sim: SimulatorProcess) -> dict[str, float]:
     """The upstream's hbr_upstream_* gauges from /metrics."""
     with_label = f'{{upstream="{_name(sim)}"}} '
     gauges = {}
-    for line in _metrics(broker).splitlines():
+    for line in _text(broker, "/metrics").splitlines():
         if line.startswith("hbr_upstream_") and with_label in line:
             name, _, value = line.partition(with_label)
             gauges[name.removeprefix("hbr_upstream_")] = float(value)
     return gauges
 
 
-def _metrics(broker: BrokerProcess) -> str:
-    with urllib.request.urlopen(f"{broker.url}/metrics", timeout=5) as answer:
+def _text(broker: BrokerProcess, path: str) -> str:
+    with urllib.request.urlopen(f"{broker.url}{path}", timeout=5) as answer:
         return bytes(answer.read()).decode()
 
 
@@ -82,6 +82,8 @@ def test_a_killed_upstream_reads_unreachable_not_busy_and_busy_lasts_only_while_
     assert (gauges["unreachable"], gauges["busy"], gauges["lost"]) == (1, 0, 0)
     _, ready = broker.request("GET", "/readyz")
     assert ready["hermes_answered"] is False and ready["status"] == "ready"  # the other upstream is usable
+    console = _text(broker, "/console")  # the upstreams side by side
+    assert 'data-upstream-condition="unreachable"' in console
     # And it is lost once the window passed, still not busy
     until(lambda: _entry(broker, b)["condition"] == "lost", LOST_MS / 1000 + 10, "lost")
     assert _gauges(broker, b)["busy"] == 0
