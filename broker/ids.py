@@ -1,4 +1,4 @@
-"""Pure id helpers: job ids, upstream idempotency keys, execution fingerprints."""
+"""Id helpers: job ids, replica ids, upstream idempotency keys, execution fingerprints (no IO but the host name)."""
 
 from __future__ import annotations
 
