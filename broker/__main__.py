@@ -19,6 +19,7 @@ from broker.config import Config
 from broker.config_report import log_configuration
 from broker.errors import CannotListen, ConfigError, LegacyLayout
 from broker.http.appkeys import inflight_key
+from broker.ids import new_replica_id
 from broker.logging import get_logger
 from broker.store.embedded import EmbeddedRedis
 
@@ -32,11 +33,12 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"Invalid configuration: {error.message}", file=sys.stderr)
         return 2
-    broker_logging.configure(config.log_level, config.log_format)
+    replica = new_replica_id()
+    broker_logging.configure(config.log_level, config.log_format, replica)
     _start_tracing(config)
     log_configuration(config, os.environ, tracing=tracing.enabled())
     try:
-        return _run(config)
+        return _run(config, replica)
     finally:
         tracing.shutdown()  # exports what is buffered
 
@@ -51,7 +53,7 @@ def _start_tracing(config: Config) -> None:
         log.warning("OpenTelemetry is configured, but the otel extra is not installed: no traces are exported.")
 
 
-def _run(config: Config) -> int:
+def _run(config: Config, replica: str) -> int:
     with contextlib.ExitStack() as stack:
         redis_url = config.redis_url
         if redis_url is None:
@@ -62,7 +64,7 @@ def _run(config: Config) -> int:
                 return 2
         try:
             with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-                runner.run(serve(config, redis_url))
+                runner.run(serve(config, redis_url, replica))
         except CannotListen as error:
             print(error.message, file=sys.stderr)
             return 1  # leaving the `with` stops the embedded Redis
@@ -81,10 +83,10 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
-async def serve(config: Config, redis_url: str) -> None:
+async def serve(config: Config, redis_url: str, replica: str | None = None) -> None:
     """Serve until SIGTERM/SIGINT, then drain: not ready, jobs handed back, streams ended, requests finished."""
     log = get_logger("broker.__main__.Server")
-    app = create_app(config, redis_url=redis_url)
+    app = create_app(config, redis_url=redis_url, replica=replica)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_TAIL_S)  # requests were waited for
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port)

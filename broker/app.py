@@ -42,14 +42,17 @@ from broker.http.appkeys import (
     fleet_key,
     hermes_key,
     inflight_key,
+    memory_key,
     metrics_key,
     redis_key,
+    replica_key,
     service_key,
     snapshot_key,
     store_key,
 )
 from broker.http.render import job_object
 from broker.http.snapshot import LineSnapshot
+from broker.ids import new_replica_id
 from broker.jobs.conversation import Conversations
 from broker.jobs.deltas import SWEEP_S, DeltaSweep
 from broker.jobs.fair_top import FairTopUpkeep
@@ -84,7 +87,6 @@ writer_key = web.AppKey("writer", Writer)
 #: sessions' turns in order (SPEC S4.3), for the service and the runners
 conversations_key = web.AppKey("conversations", Conversations)
 callback_sender_key = web.AppKey("callback_sender", CallbackSender)  #: this replica's (with allowed hosts)
-memory_key = web.AppKey("memory", MemoryWatch)  #: how full Redis is, as this replica last read it (SPEC S4.4)
 
 
 def create_app(
@@ -94,11 +96,12 @@ def create_app(
     clock: Clock | None = None,
     hermes: HermesClient | None = None,
     drive: bool = True,
+    replica: str | None = None,
 ) -> web.Application:
     """Build the broker app; `redis_url` overrides `config.redis_url` (the embedded server's URL).
 
     `drive=False` serves the API without driving jobs (tests of the HTTP surface alone); `hermes` replaces the
-    first upstream's client.
+    first upstream's client; `replica` is this process's id (the one its log lines carry; a new one if None).
     """
     services: list[Context] = [_redis_context(redis_url or config.redis_url)]
     if drive:
@@ -111,6 +114,7 @@ def create_app(
         services.append(_callbacks_context)
     app = web_app(services)
     app[config_key] = config
+    app[replica_key] = replica or new_replica_id()
     app[clock_key] = clock or SystemClock()
     app[metrics_key] = Metrics()
     app[draining_key] = [False]
@@ -169,6 +173,7 @@ def _redis_context(url: str | None) -> Context:
             virtual,
             slots_of(app[fleet_key].upstreams),
             affinity=_affinity(app, redis),
+            replica=app[replica_key],
         )
         app[conversations_key] = Conversations(
             SessionStore(redis, retention_ms=config.runs_retention_ms),
@@ -221,7 +226,7 @@ async def _driver_context(app: web.Application) -> AsyncIterator[None]:
         affinity=_affinity(app, app[redis_key]),
         conversations=app[conversations_key],
     )
-    supervisor = Supervisor(app[redis_key], deps, concurrency=config.runs_concurrency)
+    supervisor = Supervisor(app[redis_key], deps, concurrency=config.runs_concurrency, replica=app[replica_key])
     gate.wake = supervisor.ring
     app[supervisor_key] = supervisor
     supervisor.start()
@@ -262,6 +267,7 @@ async def _board_context(app: web.Application) -> AsyncIterator[None]:
         app[clock_key],
         app[metrics_key],
         client_of=app[fleet_key].client_or_first,
+        replica=app[replica_key],
     )
     app[board_key] = board
     await board.start()

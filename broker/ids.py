@@ -1,15 +1,25 @@
-"""Pure id helpers: job ids, upstream idempotency keys, execution fingerprints."""
+"""Id helpers: job ids, replica ids, upstream idempotency keys, execution fingerprints (no IO but the host name)."""
 
 from __future__ import annotations
 
 import hashlib
+import os
 import secrets
+import socket
 
 import orjson
 
 from broker.events import thread_key
 
-__all__ = ["fingerprint", "is_job_id", "job_id_for_key", "new_job_id", "thread_key", "upstream_key"]
+__all__ = [
+    "fingerprint",
+    "is_job_id",
+    "job_id_for_key",
+    "new_job_id",
+    "new_replica_id",
+    "thread_key",
+    "upstream_key",
+]
 
 JOB_PREFIX = "job_"
 
@@ -21,6 +31,11 @@ def job_id_for_key(idempotency_key: str) -> str:
 
 def new_job_id() -> str:
     return JOB_PREFIX + secrets.token_hex(16)
+
+
+def new_replica_id() -> str:
+    """A broker process's id, `<host>-<pid>-<random>`: its log lines carry it, and jobs it drives show it."""
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
 def is_job_id(value: str) -> bool:

@@ -22,6 +22,19 @@ class _LevelFilter(logging.Filter):
         return True
 
 
+class _ReplicaFilter(logging.Filter):
+    """Gives every line the process's replica id (`replica`), unless the line names one itself."""
+
+    def __init__(self, replica: str) -> None:
+        super().__init__()
+        self._replica = replica
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not hasattr(record, "replica"):
+            record.replica = self._replica
+        return True
+
+
 class TextFormatter(logging.Formatter):
     """`LOG_FORMAT=text`: the same fields inline, `key=value` after the sentence."""
 
@@ -35,10 +48,13 @@ class TextFormatter(logging.Formatter):
         return line
 
 
-def configure(level: str = "info", fmt: str = "json") -> None:
-    """Route every logger of the process to stdout in the contract's format."""
+def configure(level: str = "info", fmt: str = "json", replica: str | None = None) -> None:
+    """Route every logger of the process to stdout in the contract's format; with `replica`, every line carries it
+    (the id a job this process drives shows as its `owner`)."""
     handler = logging.StreamHandler(sys.stdout)
     handler.addFilter(_LevelFilter())
+    if replica is not None:
+        handler.addFilter(_ReplicaFilter(replica))
     if fmt == "text":
         handler.setFormatter(TextFormatter())
     else:

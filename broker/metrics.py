@@ -1,14 +1,23 @@
-"""Prometheus metrics of one replica (SPEC S3.8), on a registry of its own."""
+"""Prometheus metrics of one replica (SPEC S3.8), on a registry of its own. docs/reference/metrics.md describes
+each (a test holds it to this registry)."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from collections.abc import Sequence
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
+
+from broker.jobs.room import NOTHING, need
+from broker.store.memory import NodeMemory
 
 
 class Metrics:
     """Every metric the broker exports; one instance per app, so tests never share counters."""
 
     def __init__(self) -> None:
+        # No `_created` series: a creation time per counter doubles the series and tells an operator nothing that
+        # the process start does not (prometheus-client's switch is process-wide; every registry here wants it off)
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.jobs_created = Counter("hbr_jobs_created", "Jobs created.", registry=r)
@@ -40,7 +49,7 @@ class Metrics:
                 ("limit_learnt", "1 when the limit is learnt, 0 when HERMES_MAX_CONCURRENT pins it."),
                 ("line_length", "Jobs waiting in the admission line."),
                 ("oldest_wait_seconds", "How long the oldest queued job has waited."),
-                ("refusing", "1 while Hermes refuses creates."),
+                ("refusing", "1 while the first upstream takes no create (Hermes refuses them, or calls fail)."),
                 ("probes", "Probes sent while Hermes refused (all replicas)."),
                 ("refused", "Creates Hermes refused (all replicas)."),
                 ("session_waiting", "Turns waiting for an earlier turn of their session (all replicas)."),
@@ -54,9 +63,10 @@ class Metrics:
                 ("live_runs", "The broker's runs live on this upstream (all replicas)."),
                 ("limit", "This upstream's admission limit on live runs."),
                 ("limit_learnt", "1 when this upstream's limit is learnt, 0 when HERMES_MAX_CONCURRENT pins it."),
-                ("refusing", "1 while this upstream refuses creates."),
+                ("refusing", "1 while this upstream takes no create (Hermes refuses them, or calls to it fail)."),
                 ("lost", "1 while this upstream is lost (no answer to any call for HERMES_UPSTREAM_LOST)."),
                 ("unreachable", "1 while calls to this upstream fail (refused, reset, timed out), lost or not yet."),
+                ("busy", "1 while this upstream answers 429 or the broker's live runs on it reached its limit."),
                 ("probes", "Probes sent while this upstream refused (all replicas)."),
                 ("refused", "Creates this upstream refused (all replicas)."),
             )
@@ -67,6 +77,30 @@ class Metrics:
             ["priority"],
             registry=r,
         )
+
+        self.ready = Gauge("hbr_ready", "1 while this replica is ready (/readyz answers 200), else 0.", registry=r)
+        node = ["node"]
+        self.redis_used = Gauge("hbr_redis_memory_used_bytes", "Redis used_memory, per node.", node, registry=r)
+        self.redis_max = Gauge("hbr_redis_memory_max_bytes", "Redis maxmemory, per node (0: none).", node, registry=r)
+        self.redis_guard = Gauge(
+            "hbr_redis_memory_guard_ratio",
+            "What the memory guard counts on a node (used plus a reserve per unfinished job) over its mark"
+            " (REDIS_MEMORY_HIGH of maxmemory): creates are refused from 1.",
+            node,
+            registry=r,
+        )
+        self.redis_refusing = Gauge(
+            "hbr_redis_memory_refusing", "1 while this replica refuses creates: Redis is nearly full.", registry=r
+        )
+
+    def observe_memory(self, readings: Sequence[NodeMemory], high: float, refusing: bool) -> None:
+        """The memory watch's last reading (no Redis call of its own)."""
+        for node in readings:
+            self.redis_used.labels(node.node).set(node.used)
+            self.redis_max.labels(node.node).set(node.maxmemory)
+            mark = high * node.maxmemory
+            self.redis_guard.labels(node.node).set(need(node, NOTHING) / mark if mark > 0 else 0)
+        self.redis_refusing.set(int(refusing))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

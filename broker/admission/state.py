@@ -11,7 +11,10 @@ from attrs import frozen
 from broker.admission import fair
 from broker.admission.route import Need
 from broker.events import HoldReason
+from broker.upstreams.condition import Condition, capacity_detail
 from projections.job import Hold, JobView
+
+__all__ = ["INITIAL_LIMIT", "QUIET_MS", "LineState", "UpstreamFigures", "capacity_detail", "line_place", "shown_hold"]
 
 #: Where a learnt limit starts (slow start): small, so a first burst of a backlog never floods Hermes.
 INITIAL_LIMIT = 2
@@ -27,12 +30,13 @@ class UpstreamFigures:
     limit: int
     learnt: bool
     live: int
-    refusing: HoldReason | None = None
-    detail: str = ""
+    refusing: HoldReason | None = None  #: it takes no create: Hermes refuses them, or calls to it fail
+    detail: str = ""  #: what its condition is, in a sentence (empty: up)
     since_ms: int = 0
     retry_at_ms: int = 0
     probes: int = 0
     refused: int = 0
+    condition: Condition = Condition.UP  #: at a glance (broker/upstreams/condition.py)
     lost: bool = False  #: calls to it failed, without an answer, for HERMES_UPSTREAM_LOST (SPEC S10)
     unreachable_since_ms: int = 0  #: when calls to it began to fail (0: its last call was answered)
 
@@ -67,11 +71,6 @@ class LineState:
     @property
     def full(self) -> bool:
         return self.live >= self.limit
-
-
-def capacity_detail(limit: int, upstream: str | None = None) -> str:
-    where = f"Hermes {upstream}" if upstream else "Hermes"
-    return f"{where} is at capacity ({limit} live run{'' if limit == 1 else 's'})."
 
 
 def shown_hold(view: JobView, line: LineState, now_ms: int, need: Need | None = None) -> Hold | None:

@@ -7,9 +7,6 @@ delivery. Each loop survives Redis outages (log, back off, go on).
 from __future__ import annotations
 
 import asyncio
-import os
-import secrets
-import socket
 from collections.abc import Awaitable, Callable
 
 import aiohttp
@@ -23,6 +20,7 @@ from broker.clock import Clock
 from broker.config import Config
 from broker.hermes.client import HermesClient
 from broker.hermes.fleet import ClientOf
+from broker.ids import new_replica_id
 from broker.jobs.policy import Policy
 from broker.jobs.writer import Writer
 from broker.logging import get_logger
@@ -45,8 +43,9 @@ class BoardService:
         clock: Clock,
         metrics: Metrics,
         client_of: ClientOf | None = None,
+        replica: str = "",
     ) -> None:
-        self.replica = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+        self.replica = replica or new_replica_id()
         self.store = BoardStore(redis)
         self._settings = DeliverySettings.from_config(config)
         self._reconcile_ms = config.board_reconcile_interval_ms

@@ -16,7 +16,7 @@ from broker.events import JobStatus
 from broker.http import appkeys
 from broker.http.callbacks import callback_documents
 from broker.http.health import ready_report
-from broker.http.listing import Query, encode_cursor, list_page
+from broker.http.listing import Query, encode_cursor, list_page, page_owners
 from broker.http.render import job_object
 from broker.jobs.conversation import SessionTurns
 from broker.store.board import BoardStore
@@ -88,7 +88,10 @@ async def overview(app: web.Application, query: Mapping[str, str]) -> dict[str, 
         "admission": admission if isinstance(admission, dict) else None,
         **await _held_by_reason(app),
         "board_lag": await board_outbox_lag(app[appkeys.redis_key]) if app[appkeys.config_key].board_enabled else None,
-        "rows": [Row(job_object(view, appkeys.first_upstream(app))) for view in page.jobs],
+        "rows": [
+            Row(job_object(view, appkeys.first_upstream(app), owner))
+            for view, owner in zip(page.jobs, await page_owners(app, page), strict=True)
+        ],
         "status": ",".join(status.value for status in parsed.statuses),
         "limit": parsed.limit,
         "next_cursor": encode_cursor(page.next) if page.next else None,
@@ -117,8 +120,10 @@ async def job_page(app: web.Application, snapshot: Snapshot) -> dict[str, Any]:
         {"id": entry_id, "event": str(doc.get("event", "")), "at": when(doc.get("timestamp")), "summary": summary(doc)}
         for entry_id, doc, _ in shown(job_id, entries)
     ]
+    service = app[appkeys.service_key]
+    (owner,) = await service.owners([snapshot.view])
     callback = (await callback_documents(app, [snapshot.view])).get(job_id)
-    job = job_object(await app[appkeys.service_key].with_line_hold(snapshot.view), appkeys.first_upstream(app))
+    job = job_object(await service.with_line_hold(snapshot.view), appkeys.first_upstream(app), owner)
     return {
         "job": job,
         "fields": [(name, value) for name, value in job.items() if name != "object"],

@@ -15,9 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import secrets
-import socket
 from collections.abc import Awaitable, Callable
 from typing import cast
 
@@ -28,6 +25,7 @@ from broker.admission.state import line_place
 from broker.driver.prober import Prober
 from broker.driver.runner import Deps, Ending, Runner
 from broker.errors import JobNotFound, LeaseLost, NotReplicated
+from broker.ids import new_replica_id
 from broker.logging import get_logger
 from broker.store import keys, signals, work
 from broker.store.leases import Leases, new_token
@@ -42,8 +40,8 @@ ADMIT_TICK_S = 2.0
 
 
 class Supervisor:
-    def __init__(self, redis: Redis, deps: Deps, *, concurrency: int) -> None:
-        self.replica = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+    def __init__(self, redis: Redis, deps: Deps, *, concurrency: int, replica: str = "") -> None:
+        self.replica = replica or new_replica_id()
         self._redis = redis
         self._deps = deps
         self._leases: Leases = deps.leases
@@ -175,7 +173,7 @@ class Supervisor:
         if job_id in self._runners:
             self._runners[job_id][0].nudge()
             return False
-        token = new_token()
+        token = new_token(self.replica)
         if not await self._leases.acquire(job_id, token, self._deps.clock.now_ms()):
             return False  # another replica drives it
         self._start(job_id, token, admitted=False)

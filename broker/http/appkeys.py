@@ -12,6 +12,7 @@ from broker.config import Config
 from broker.hermes.client import HermesClient
 from broker.hermes.fleet import Fleet
 from broker.http.snapshot import LineSnapshot
+from broker.jobs.memory_watch import MemoryWatch
 from broker.jobs.service import JobService
 from broker.metrics import Metrics
 from broker.store.admission import AdmissionStore
@@ -30,6 +31,9 @@ fleet_key = web.AppKey("fleet", Fleet)  #: every upstream with its client
 draining_key = web.AppKey("draining", list[bool])  #: a one-element flag, set on SIGTERM
 callbacks_key = web.AppKey("callbacks", CallbackStore)  #: job callbacks' delivery state (SPEC S5.8)
 snapshot_key = web.AppKey("snapshot", LineSnapshot)  #: the line's figures as this replica last read them
+memory_key = web.AppKey("memory", MemoryWatch)  #: how full Redis is, as this replica last read it (SPEC S4.4)
+#: this replica's id: its log lines carry it, and a job it drives shows it as `owner` (SPEC S3.2)
+replica_key = web.AppKey("replica", str)
 
 
 def first_upstream(app: web.Application) -> str:

@@ -8,11 +8,14 @@ import contextlib
 from aiohttp import web
 
 from broker.admission.state import LineState, UpstreamFigures
+from broker.events import HoldReason
 from broker.http.appkeys import (
     admission_key,
     clock_key,
+    config_key,
     draining_key,
     hermes_key,
+    memory_key,
     metrics_key,
     redis_key,
     snapshot_key,
@@ -21,6 +24,8 @@ from broker.http.render import json_response
 from broker.http.snapshot import LineSnapshot
 from broker.store.connection import cluster_state, is_cluster
 from broker.store.outage import REDIS_FAILURES
+from broker.upstreams.condition import Condition
+from broker.upstreams.health import Heard
 
 READY_TIMEOUT_S = 2.0
 
@@ -39,13 +44,14 @@ async def ready_report(app: web.Application) -> dict[str, object]:
     report: dict[str, object] = {
         "redis": False,
         "draining": app[draining_key][0],
-        "hermes_answered": getattr(app[hermes_key], "last_answered", None),
+        "hermes_answered": hermes_answered(app, ()),
     }
     try:
         async with asyncio.timeout(READY_TIMEOUT_S):
             await app[redis_key].ping()
             admission, line = await _admission(app, fresh=True)
         report["redis"] = True
+        report["hermes_answered"] = hermes_answered(app, line.upstreams)
         report["queue_depth"] = admission["line"]  # queued: waiting in the admission line for a Hermes run
         report["oldest_queued_age_ms"] = admission["oldest_wait_ms"]
         report["scheduled_jobs"] = line.scheduled
@@ -61,6 +67,7 @@ async def ready_report(app: web.Application) -> dict[str, object]:
         report["reason"] = "draining"
     ready = report["redis"] is True and not report["draining"]
     report["status"] = "ready" if ready else "not_ready"
+    app[metrics_key].ready.set(int(ready))
     return report
 
 
@@ -100,6 +107,7 @@ async def _admission(app: web.Application, *, fresh: bool) -> tuple[dict[str, ob
             ("refusing", int(upstream.refusing is not None)),
             ("lost", int(upstream.lost)),
             ("unreachable", int(upstream.unreachable_since_ms > 0)),
+            ("busy", int(upstream.condition is Condition.BUSY)),
             ("probes", upstream.probes),
             ("refused", upstream.refused),
         ):
@@ -127,14 +135,16 @@ async def _admission(app: web.Application, *, fresh: bool) -> tuple[dict[str, ob
 
 def _upstream(upstream: UpstreamFigures) -> dict[str, object]:
     refusing = upstream.refusing
+    busy = refusing is None and upstream.condition is Condition.BUSY  # at its limit: held here, not refused
     return {
         "name": upstream.name,
+        "condition": upstream.condition.value,
         "live": upstream.live,
         "limit": upstream.limit,
         "learnt": upstream.learnt,
         "refusing": refusing is not None,
-        "reason": refusing.value if refusing else None,
-        "detail": (upstream.detail or None) if refusing else None,
+        "reason": refusing.value if refusing else (HoldReason.BUSY.value if busy else None),
+        "detail": upstream.detail or None,
         "retry_at": upstream.retry_at_ms / 1000 if refusing else None,
         "lost": upstream.lost,
         # while calls to it fail (SPEC S10): when that began
@@ -142,12 +152,29 @@ def _upstream(upstream: UpstreamFigures) -> dict[str, object]:
     }
 
 
+def hermes_answered(app: web.Application, upstreams: tuple[UpstreamFigures, ...]) -> bool | None:
+    """Does Hermes answer? With several upstreams: whether every one answers (their shared health, SPEC S10); with
+    one, whether this replica's last call to it was answered (None: no call yet)."""
+    if len(upstreams) > 1:
+        return all(upstream.unreachable_since_ms == 0 for upstream in upstreams)
+    heard: Heard | None = getattr(app[hermes_key], "heard", None)
+    if heard is None or (heard.answered_ms == 0 and not heard.failing):
+        return None
+    return not heard.failing
+
+
 async def metrics(request: web.Request) -> web.Response:
     app = request.app
+    registry = app[metrics_key]
+    answered = False
     with contextlib.suppress(*REDIS_FAILURES):
         async with asyncio.timeout(READY_TIMEOUT_S):
             await _admission(app, fresh=False)  # sets the queue and admission gauges
-    registry = app[metrics_key]
+            answered = True
+    # what /readyz would answer, without its PING: the read above needed Redis to answer
+    registry.ready.set(int(answered and not app[draining_key][0]))
+    if memory_key in app:
+        registry.observe_memory(app[memory_key].readings, app[config_key].redis_memory_high, app[memory_key].refusing)
     return web.Response(body=registry.render(), content_type="text/plain", charset="utf-8")
 
 

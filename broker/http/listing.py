@@ -76,13 +76,21 @@ async def list_page(app: web.Application, query: Query) -> Page:
     return evolve(page, jobs=await app[appkeys.service_key].with_line_holds(page.jobs))  # as GET shows them
 
 
+async def page_owners(app: web.Application, page: Page) -> list[str | None]:
+    """The replica driving each job of the page (one pipeline)."""
+    return await app[appkeys.service_key].owners(page.jobs)
+
+
 async def list_runs(request: web.Request) -> web.Response:
     page = await list_page(request.app, Query.parse(request.query))
     first, callbacks = appkeys.first_upstream(request.app), await callback_documents(request.app, page.jobs)
     return json_response(
         {
             "object": "list",
-            "data": [job_object(view, first, callbacks.get(view.job_id)) for view in page.jobs],
+            "data": [
+                job_object(view, first, owner, callbacks.get(view.job_id))
+                for view, owner in zip(page.jobs, await page_owners(request.app, page), strict=True)
+            ],
             "next_cursor": encode_cursor(page.next) if page.next else None,
         }
     )

@@ -33,11 +33,15 @@ def seconds(ms: int) -> float:
 
 
 def job_object(
-    view: JobView, default_upstream: str | None = None, callback: Mapping[str, object] | None = None
+    view: JobView,
+    default_upstream: str | None = None,
+    owner: str | None = None,
+    callback: Mapping[str, object] | None = None,
 ) -> dict[str, Any]:
     """The job object; `default_upstream` (the first upstream's name, SPEC S10) is the upstream of a run accepted
-    by a broker before S10 (its `job.accepted` names none); `callback`: the job's callback state (SPEC S5.8), shown
-    when given (a callback's own payload carries the job object without it)."""
+    by a broker before S10 (its `job.accepted` names none); `owner` the replica driving it (None: none does);
+    `callback`: the job's callback state (SPEC S5.8), shown when given (a callback's own payload carries the job
+    object without it)."""
     document: dict[str, Any] = {
         "object": "hermes.run",
         "run_id": view.job_id,
@@ -65,6 +69,7 @@ def job_object(
         "multitask": scheduling.multitask,
     }
     document["upstream"] = view.upstream or (default_upstream if view.attempts else None)
+    document["owner"] = owner
     if view.dropped_deltas:
         document["dropped_deltas"] = view.dropped_deltas
     if callback is not None:

@@ -34,9 +34,11 @@ async def create_run(request: web.Request) -> web.Response:
         span.set("job.replayed", result.replayed)
         span.set("http.response.status_code", 202)
     headers = {"Idempotency-Replayed": "true"} if result.replayed else None
+    service = request.app[keys.service_key]
+    owner = (await service.owners([result.view]))[0] if result.replayed else None  # a new job: no driver yet
     callback = (await callback_documents(request.app, [result.view])).get(result.view.job_id)
     return json_response(
-        {**job_object(result.view, keys.first_upstream(request.app), callback), "replayed": result.replayed},
+        {**job_object(result.view, keys.first_upstream(request.app), owner, callback), "replayed": result.replayed},
         status=202,
         headers=headers,
     )
@@ -46,12 +48,14 @@ async def get_run(request: web.Request) -> web.StreamResponse:
     run_id = request.match_info["run_id"]
     if not run_id.startswith(JOB_PREFIX):
         return await proxy_or_not_found(request, run_id)  # not a broker id: no Redis lookup
+    service = request.app[keys.service_key]
     try:
-        view = await request.app[keys.service_key].get(run_id)
+        view = await service.get(run_id)
     except JobNotFound:
         return await proxy_or_not_found(request, run_id)
+    (owner,) = await service.owners([view])
     callback = (await callback_documents(request.app, [view])).get(view.job_id)
-    return json_response(job_object(view, keys.first_upstream(request.app), callback))
+    return json_response(job_object(view, keys.first_upstream(request.app), owner, callback))
 
 
 @same_site_only

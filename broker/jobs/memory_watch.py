@@ -46,6 +46,15 @@ class MemoryWatch:
             await cancel_all([self._task])
             self._task = None
 
+    @property
+    def readings(self) -> tuple[NodeMemory, ...]:
+        """The nodes as the last reading found them."""
+        return tuple(self._readings)
+
+    @property
+    def refusing(self) -> bool:
+        return self.full is not None
+
     def admit(self, body_bytes: int) -> bool:
         """Whether a new job of this execution body still leaves every node below its mark; counted if so."""
         if self.full is not None:

@@ -33,7 +33,7 @@ from broker.jobs.memory_watch import MemoryWatch
 from broker.jobs.writer import Writer
 from broker.logging import get_logger
 from broker.metrics import Metrics
-from broker.store import signals
+from broker.store import leases, signals
 from broker.store.admission import AdmissionStore
 from broker.store.jobs import Snapshot
 from broker.store.outage import is_outage
@@ -189,6 +189,12 @@ class JobService:
         self._metrics.jobs_replayed.inc()
         self._log.info("Replayed a job.", extra={"job": existing.job_id, "status": existing.status.value})
         return CreateResult(existing, replayed=True)
+
+    async def owners(self, views: Sequence[JobView]) -> list[str | None]:
+        """The replica driving each job (SPEC S3.2 `owner`): its run lease's; a finished job has none (no read)."""
+        live = [view.job_id for view in views if not view.status.terminal]
+        found = dict(zip(live, await leases.owners(self._redis, live), strict=True))
+        return [found.get(view.job_id) for view in views]
 
     async def get(self, job_id: str) -> JobView:
         """The job as callers see it: a waiting job shows the admission line's hold (SPEC S3.2, S4.1)."""

@@ -97,8 +97,10 @@ class AdmissionStore:
         virtual: fair.VirtualTimes | None = None,
         upstreams: Sequence[UpstreamSlots] = (),
         affinity: Affinity | None = None,
+        replica: str = "",
     ) -> None:
         self._redis = redis
+        self._replica = replica  #: the lease tokens of its grants name it (SPEC S3.2 `owner`)
         self._scripts = Scripts(redis)
         #: the per-job calls of a loop turn (accepted, release) in one pipeline, as the job writes (single Redis)
         self._batch = None if is_cluster(redis) else ScriptBatch(redis)
@@ -250,7 +252,7 @@ class AdmissionStore:
         tied = fair.tied_at_cut(merged, most)
         if tied:  # jobs of one tag (keys without a turn, between two grants) among the heads: the oldest go first
             merged = await self._by_arrival(merged, tied, most)
-        return [(job_id, new_token(), partition) for _, job_id, partition in merged[:most]]
+        return [(job_id, new_token(self._replica), partition) for _, job_id, partition in merged[:most]]
 
     async def _check_drift(self, empty: list[int]) -> None:
         """Remember the partitions read with an empty line but counts of waiting jobs (cleared after the pass)."""

@@ -22,8 +22,37 @@ from broker.store.scripts import Args, Scripts, as_strings, ring_jobs, run_many
 MAX_ENDED = 10_000
 
 
-def new_token() -> str:
-    return secrets.token_hex(12)
+#: Between the replica id and the random part of a lease token (no host name holds it).
+_OWNER_END = "/"
+
+
+def new_token(replica: str = "") -> str:
+    """A lease token; it names the replica that takes the lease (SPEC S3.2 `owner`). Holders compare tokens
+    whole, so a replica of an earlier broker (a bare random token) and this one share the leases."""
+    random = secrets.token_hex(12)
+    return f"{replica}{_OWNER_END}{random}" if replica else random
+
+
+def owner_of(token: str | None) -> str | None:
+    """The replica a lease token names; None for no lease, or one of an earlier broker's that names none."""
+    if not token:
+        return None
+    return token.rpartition(_OWNER_END)[0] or None
+
+
+async def owners(redis: Redis, job_ids: Sequence[str]) -> list[str | None]:
+    """The replica driving each job (its run lease's), in one pipeline: one GET per job."""
+    if not job_ids:
+        return []
+    async with redis.pipeline(transaction=False) as pipe:
+        for job_id in job_ids:
+            pipe.get(keys.lease(job_id))
+        tokens = await pipe.execute()
+    return [owner_of(None if token is None else _text(token)) for token in tokens]
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 class Leases:

@@ -13,6 +13,7 @@ from broker.admission.state import INITIAL_LIMIT, UpstreamFigures
 from broker.events import HoldReason
 from broker.store import keys
 from broker.upstreams import Upstream
+from broker.upstreams.condition import Refusal, shown
 from broker.upstreams.health import Reach, parse, reach
 from projections.job import JobView
 
@@ -34,23 +35,38 @@ def slots_of(upstreams: Sequence[Upstream]) -> tuple[UpstreamSlots, ...]:
 
 
 def figures(upstream: UpstreamSlots, state: dict[str, str], live: int, now_ms: int, lost_ms: int) -> UpstreamFigures:
-    """An upstream's figures from its state hash and its count of live slots."""
-    refusing = state.get("refusing", "")
-    health = parse(state.get("answered"), state.get("failing"))
+    """An upstream's figures from its state hash and its count of live slots; what it refuses and why is its
+    current condition (broker/upstreams/condition.py), never a refusal that calls failing since made stale."""
+    stored = state.get("refusing", "")
+    health = parse(state.get("answered"), state.get("failing"), state.get("failed"))
+    limit = upstream.pinned or int(state.get("limit") or INITIAL_LIMIT)
+    refusal = Refusal(
+        reason=HoldReason(stored) if stored in _REASONS else None,
+        detail=state.get("detail", ""),
+        since_ms=_ms(state.get("since")),
+        at_ms=_ms(state.get("refused_at")),
+        retry_at_ms=_ms(state.get("retry_at")),
+    )
+    now = shown(upstream.name, refusal, health, live, limit, now_ms, lost_ms, _ms(state.get("probe_at")))
     return UpstreamFigures(
         name=upstream.name,
-        limit=upstream.pinned or int(state.get("limit") or INITIAL_LIMIT),
+        limit=limit,
         learnt=upstream.pinned == 0,
         live=live,
-        refusing=HoldReason(refusing) if refusing in _REASONS else None,
-        detail=state.get("detail", ""),
-        since_ms=int(state.get("since") or 0),
-        retry_at_ms=int(state.get("retry_at") or 0),
+        refusing=now.refusing,
+        detail=now.detail,
+        since_ms=now.since_ms,
+        retry_at_ms=now.retry_at_ms,
         probes=int(state.get("probes") or 0),
         refused=int(state.get("refused") or 0),
+        condition=now.condition,
         lost=reach(health, now_ms, lost_ms) is Reach.LOST,
         unreachable_since_ms=health.failing_since_ms if lost_ms > 0 else 0,  # a lone upstream's health is not kept
     )
+
+
+def _ms(raw: str | None) -> int:
+    return int(float(raw)) if raw else 0
 
 
 @frozen

@@ -3,6 +3,9 @@ and Hermes sees one create per attempt key (SPEC S4 leases, takeover, drain)."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 import redis
 
@@ -96,3 +99,42 @@ def _events(server: RedisServer, job_id: str) -> list[str]:
         return ["HermesEventRecorded" if isinstance(item, Packed) else type(item).__name__ for item in read]
     finally:
         client.close()
+
+
+def test_the_owner_is_the_driving_replica_and_after_a_takeover_the_new_one(
+    start_broker: BrokerFactory, clean_redis: RedisServer, simulator: SimulatorProcess
+) -> None:
+    # Given a replica driving a job, its log lines naming it
+    env = {**FAST, "HERMES_URL": simulator.url, "RUNS_LEASE": "1500"}
+    doomed = start_broker(redis_url=clean_redis.url, **env)
+    (job_id,) = create_jobs(doomed, 1, "slow sleep:6")
+    until(lambda: statuses(doomed, [job_id]) == ["running"], 15)
+    doomed_id = replica_of(doomed)
+    assert doomed.request("GET", f"/v1/runs/{job_id}")[1]["owner"] == doomed_id
+    survivor = start_broker(redis_url=clean_redis.url, **env)
+    survivor_id = replica_of(survivor)
+    assert survivor_id != doomed_id
+    # When that replica is SIGKILLed
+    doomed.kill()
+    # Then the job shows the replica that took it over, the one whose log line says it did
+    until(lambda: survivor.request("GET", f"/v1/runs/{job_id}")[1]["owner"] == survivor_id, 15, "the new owner")
+
+    def took() -> list[str]:
+        return [
+            r["replica"] for r in _records(survivor) if r["message"] == "Took over a job." and r.get("job") == job_id
+        ]
+
+    assert until(took, 15, "the takeover logged") == [survivor_id]  # the line follows the lease it shows
+    until(lambda: statuses(survivor, [job_id]) == ["completed"], 30)
+    assert survivor.request("GET", f"/v1/runs/{job_id}")[1]["owner"] is None
+
+
+def _records(broker: BrokerProcess) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in broker.log_path.read_text().splitlines() if line.startswith("{")]
+
+
+def replica_of(broker: BrokerProcess) -> str:
+    """The replica id every log line of the broker carries (one per process)."""
+    ids = {record["replica"] for record in _records(broker)}
+    assert len(ids) == 1, ids
+    return str(ids.pop())

@@ -61,3 +61,13 @@ def test_the_docs_and_the_readme_name_only_variables_the_broker_reads() -> None:
         if name not in _VARIABLES
     }
     assert not unknown
+
+
+def test_every_shipped_alert_has_its_what_to_do_in_the_alerts_page() -> None:
+    import yaml  # MkDocs's own dependency
+
+    rules = yaml.safe_load((ROOT / "deploy" / "prometheus" / "alerts.yaml").read_text())
+    names = {rule["alert"] for group in rules["groups"] for rule in group["rules"]}
+    page = (ROOT / "docs" / "operations" / "alerts.md").read_text()
+    assert names, "no alert rules"
+    assert not {name for name in names if f"`{name}`" not in page}

@@ -45,5 +45,7 @@ if not refusing or s[5] == job then
     began = 1
   end
 end
+-- when Hermes last refused: a refusal older than the upstream's latest failed call is no longer its state
+redis.call('HSET', KEYS[1], 'refused_at', now)
 redis.call('HINCRBY', KEYS[1], 'refused', 1)
 return {retry_at, began, limit, changed, place}

@@ -40,6 +40,7 @@ JOB_FIELDS = {
     "reporting",
     "scheduling",
     "upstream",  #: SPEC S10: null before an acceptance
+    "owner",  #: SPEC S3.2: the replica driving the job, null while none does
 }
 CONTEXT = {
     "title": "Review staging promotion",

@@ -26,11 +26,13 @@ async def test_readyz_reports_redis_the_queue_and_hermes(client: TestClient[Any,
     assert "hermes_answered" in report
 
 
-async def test_readyz_is_503_while_draining(client: TestClient[Any, Any]) -> None:
+async def test_readyz_is_503_while_draining_and_metrics_say_so(client: TestClient[Any, Any]) -> None:
+    assert "hbr_ready 1.0" in await (await client.get("/metrics")).text()
     client.app[draining_key][0] = True  # type: ignore[index]
     answer = await client.get("/readyz")
     report = await answer.json()
     assert answer.status == 503 and report["reason"] == "draining" and report["status"] == "not_ready"
+    assert "hbr_ready 0.0" in await (await client.get("/metrics")).text()
 
 
 async def test_metrics_count_created_and_replayed_jobs(client: TestClient[Any, Any]) -> None:
@@ -91,11 +93,12 @@ async def test_readyz_and_metrics_show_each_upstreams_admission(make_client: Any
     assert answer.status == 200
     first, other = report["admission"]["upstreams"]
     assert first == {
-        "name": "127.0.0.1:9", "live": 0, "limit": 2, "learnt": True, "refusing": False, "reason": None,
-        "detail": None, "retry_at": None, "lost": False, "unreachable_since": None,
+        "name": "127.0.0.1:9", "condition": "up", "live": 0, "limit": 2, "learnt": True, "refusing": False,
+        "reason": None, "detail": None, "retry_at": None, "lost": False, "unreachable_since": None,
     }  # fmt: skip
     assert other["name"] == second and (other["limit"], other["learnt"]) == (4, False)
     assert (other["refusing"], other["reason"], other["detail"]) == (True, "draining", "Draining.")
+    assert other["condition"] == "refusing"
     assert isinstance(other["retry_at"], float) and other["lost"] is False
     assert report["admission"]["refusing"] is False  # the top-level fields are the first upstream's
     assert 'hbr_upstream_limit{upstream="127.0.0.1:10/agent"} 4.0' in metrics

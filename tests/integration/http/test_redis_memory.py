@@ -122,3 +122,29 @@ async def test_a_create_that_redis_refuses_for_memory_is_a_503(
     # And once Redis has room, the same create is taken
     await free(small)
     assert (await client.post("/v1/runs", json=BODY)).status == 202
+
+
+def _gauge(metrics: str, sample: str) -> float:
+    [value] = [float(row[len(sample) + 1 :]) for row in metrics.splitlines() if row.startswith(sample + " ")]
+    return value
+
+
+async def test_metrics_show_how_near_redis_is_to_the_guard(
+    make_client: ClientFactory, small_redis: RedisServer, small: Redis
+) -> None:
+    # Given a Redis past REDIS_MEMORY_HIGH of its maxmemory, as the memory watch last read it
+    client = await _broker(make_client, small_redis)
+    await fill(small, 0.95)
+    await client.app[memory_key].look()
+    # When /metrics is scraped, then it shows the node's memory, the guard's reading past its mark, and the refusal
+    full = await (await client.get("/metrics")).text()
+    assert _gauge(full, 'hbr_redis_memory_max_bytes{node="redis"}') > 0
+    assert _gauge(full, 'hbr_redis_memory_used_bytes{node="redis"}') > 0
+    assert _gauge(full, 'hbr_redis_memory_guard_ratio{node="redis"}') >= 1
+    assert _gauge(full, "hbr_redis_memory_refusing") == 1
+    # And once Redis has room again, below the mark and not refusing
+    await free(small)
+    await client.app[memory_key].look()
+    roomy = await (await client.get("/metrics")).text()
+    assert _gauge(roomy, 'hbr_redis_memory_guard_ratio{node="redis"}') < 1
+    assert _gauge(roomy, "hbr_redis_memory_refusing") == 0

@@ -1,0 +1,58 @@
+"""Which replica drives a job (SPEC S3.2 `owner`): the job object, the listing and the console show the id of the
+replica holding its run lease, null while none does; a lease of an earlier broker (a bare token) names none."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from redis.asyncio import Redis
+
+from broker.http.appkeys import replica_key
+from broker.store import keys
+from broker.store.leases import new_token, owner_of
+from tests.integration.conftest import ClientFactory
+from tests.integration.driver.conftest import create, eventually, job, settled
+
+
+async def test_a_driven_job_shows_its_replica_as_owner_and_none_once_finished(make_replica: ClientFactory) -> None:
+    # Given a replica driving a job that takes a while
+    replica = await make_replica()
+    replica_id = replica.app[replica_key]  # type: ignore[index]
+    created = await create(replica, {"input": "slow sleep:2"})
+    job_id = created["run_id"]
+    assert created["owner"] is None  # a new job: nobody drives it yet
+
+    async def running() -> dict[str, Any] | None:
+        current = await job(replica, job_id)
+        return current if current["status"] == "running" else None
+
+    # When it runs
+    shown = await eventually(running)
+    # Then the job object, the listing and the console name the replica
+    assert shown["owner"] == replica_id
+    listing = await (await replica.get("/v1/runs")).json()
+    assert [entry["owner"] for entry in listing["data"] if entry["run_id"] == job_id] == [replica_id]
+    page = await (await replica.get(f"/console/jobs/{job_id}")).text()
+    assert f'<td data-field="owner">{replica_id}</td>' in page
+    overview = await (await replica.get("/console")).text()
+    assert f'<td data-field="owner">{replica_id}</td>' in overview
+    # And once it finished nobody drives it
+    assert (await settled(replica, job_id))["owner"] is None
+
+
+async def test_a_job_whose_lease_an_earlier_broker_holds_shows_no_owner(
+    make_client: ClientFactory, redis: Redis
+) -> None:
+    # Given a queued job whose run lease holds a bare token, as a replica of an earlier broker writes it
+    client = await make_client()
+    job_id = (await create(client, {"input": "x"}))["run_id"]
+    await redis.set(keys.lease(job_id), new_token(), px=60_000)
+    # Then it shows no owner; a lease of this broker's names its replica
+    assert (await job(client, job_id))["owner"] is None
+    await redis.set(keys.lease(job_id), new_token("host-1-77-abc123"), px=60_000)
+    assert (await job(client, job_id))["owner"] == "host-1-77-abc123"
+
+
+def test_a_token_names_its_replica() -> None:
+    assert owner_of(new_token("h.example-9-0a1b2c")) == "h.example-9-0a1b2c"
+    assert owner_of(new_token()) is None and owner_of(None) is None and owner_of("") is None
