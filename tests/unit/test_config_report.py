@@ -16,7 +16,7 @@ SECRET = "whsec_" + base64.b64encode(b"k" * 32).decode()
 def _secret_laden() -> dict[str, str]:
     return {
         "HERMES_URL": f"http://user:{API_KEY}@hermes-1:8642,http://hermes-2:8642/agent",
-        "HERMES_API_KEY": f"{API_KEY},",
+        "HERMES_API_KEY": f",{API_KEY}",
         "REDIS_URL": f"redis://default:{PASSWORD}@redis-a:6380/0",
         "REDIS_CLUSTER": "true",
         "REDIS_WAIT_REPLICAS": "1",
