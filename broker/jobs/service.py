@@ -10,6 +10,7 @@ from redis.asyncio import Redis
 
 from broker import tracing
 from broker.admission.fair import FairnessSettings, resolve
+from broker.admission.quotas import Quotas, bound_of
 from broker.admission.state import shown_hold
 from broker.clock import Clock
 from broker.errors import (
@@ -17,6 +18,7 @@ from broker.errors import (
     IdempotencyConflict,
     InvalidRequest,
     JobNotFound,
+    QueueFull,
     RedisNearlyFull,
     SessionBusy,
     Unavailable,
@@ -64,8 +66,12 @@ class JobService:
         memory: MemoryWatch | None = None,
         conversations: Conversations | None = None,
         session_history: bool = False,
+        quotas: Quotas | None = None,
+        max_waiting: int = 0,
     ) -> None:
         self._writer = writer
+        self._quotas = quotas or Quotas()  #: ADMISSION_QUOTAS: a key's `waiting` bounds its creates (SPEC S4.4)
+        self._max_waiting = max_waiting  #: ADMISSION_MAX_WAITING
         self._conversations = conversations  #: sessions' turns in order (SPEC S4.3); None: every turn in parallel
         self._session_history = session_history  #: RUNS_SESSION_HISTORY
         self._memory = memory
@@ -112,7 +118,10 @@ class JobService:
             session_history=self._history(request, scheduling.multitask),
         )
         try:
-            outcome = await self._writer.create(event)
+            bound = bound_of(self._quotas, self._max_waiting, scheduling.fairness_key)
+            outcome = await self._writer.create(event, bound)
+        except QueueFull as full:
+            return await self._replay_only(request, refused=full)
         except Exception as error:
             if is_outage(error):  # answered 503 by the error middleware (a full Redis too: OOM)
                 self._metrics.creates_not_taken.labels("outage").inc()
@@ -169,17 +178,17 @@ class JobService:
             except JobNotFound:  # expired: released by the next check
                 continue
 
-    async def _replay_only(self, request: CreateRun) -> CreateResult:
-        """Redis is nearly full: no new job, but the job an Idempotency-Key already claimed is still answered
-        (a replay stores nothing; one read, and only while Redis is past its mark)."""
+    async def _replay_only(self, request: CreateRun, *, refused: QueueFull | None = None) -> CreateResult:
+        """Redis is nearly full, or the line (SPEC S4.4): no new job, but the job an Idempotency-Key already claimed
+        is still answered (a replay stores nothing; one read, and only for a refused create)."""
         key = request.idempotency_key
         if key is not None:
             try:
                 return self._replayed((await self._load(job_id_for_key(key))).view, request)
             except JobNotFound:
                 pass
-        self._metrics.creates_not_taken.labels("redis_memory").inc()
-        raise RedisNearlyFull()
+        self._metrics.creates_not_taken.labels("redis_memory" if refused is None else "queue_full").inc()
+        raise refused or RedisNearlyFull()
 
     def _replayed(self, existing: JobView, request: CreateRun) -> CreateResult:
         if existing.fingerprint != request.fingerprint or existing.idempotency_key != request.idempotency_key:
