@@ -77,9 +77,9 @@ if w.expect == '$new' then
   end
   local b = w.bound
   if b and b.key then
-    local n = tonumber(b.key.base)
+    local n, field = tonumber(b.key.base), 'n:' .. b.name
     for i = b.key.first, b.key.last do
-      n = n + tonumber(redis.call('HGET', KEYS[i], 'n:' .. b.name) or '0')
+      n = n + tonumber(redis.call('HGET', KEYS[i], field) or '0')
     end
     if n >= tonumber(b.key.most) then
       return {'FULL', 'key'}
