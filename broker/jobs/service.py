@@ -98,10 +98,11 @@ class JobService:
             settings=self._fairness,
         )
         job_id, now = job_id_for_key(key) if key else new_job_id(), self._clock.now_ms()
+        took = False  #: a `reject` turn took its session before its job is stored
         if self._conversations is None:
             scheduling = evolve(scheduling, multitask="parallel")
         elif scheduling.multitask == "reject" and request.session_id is not None:
-            await self._take_unless_held(request, request.session_id, job_id, now)
+            took = await self._take_unless_held(request, request.session_id, job_id, now)
         event = JobCreated(
             job_id=job_id,
             at_ms=now,
@@ -121,6 +122,8 @@ class JobService:
             bound = bound_of(self._quotas, self._max_waiting, scheduling.fairness_key)
             outcome = await self._writer.create(event, bound)
         except QueueFull as full:
+            if took and self._conversations is not None and request.session_id is not None:
+                await self._conversations.withdraw(request.session_id, job_id, now)  # no job: the session is free
             return await self._replay_only(request, refused=full)
         except Exception as error:
             if is_outage(error):  # answered 503 by the error middleware (a full Redis too: OOM)
@@ -151,17 +154,18 @@ class JobService:
         body = orjson.loads(request.body)
         return "conversation_history" not in body and "previous_response_id" not in body
 
-    async def _take_unless_held(self, request: CreateRun, session_id: str, job_id: str, now_ms: int) -> None:
+    async def _take_unless_held(self, request: CreateRun, session_id: str, job_id: str, now_ms: int) -> bool:
         """multitask `reject` (SPEC S4.3): 409 while an earlier turn of the session is queued or live, nothing
         stored; else the turn takes the session before its job is stored. A replay of an accepted Idempotency-Key is
         still answered with its job."""
         assert self._conversations is not None
         if request.idempotency_key is not None and await self._writer.store.load(job_id) is not None:
-            return
+            return False
         holder = await self._conversations.take_unless_held(session_id, job_id, now_ms)
         if holder is not None:
             self._metrics.creates_not_taken.labels("session_busy").inc()
             raise SessionBusy(session_id, holder)
+        return True
 
     async def _interrupt(self, view: JobView) -> None:
         """multitask `interrupt` (SPEC S4.3): the session's earlier turns are stopped, ending `superseded`; the new

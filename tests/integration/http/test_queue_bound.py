@@ -141,3 +141,20 @@ async def test_two_replicas_racing_for_one_key(make_client: ClientFactory, redis
     # replica beyond the first (each replica passes one key's creates through its check one at a time)
     assert taken == 10 if not is_cluster(redis) else 10 <= taken <= 11, taken
     assert await _listed(replicas[0]) == taken
+
+
+async def test_a_refused_rejecting_turn_leaves_its_session_free(make_client: ClientFactory) -> None:
+    # Given key `a` at its quota
+    client = await make_client(admission_quotas=THREE_FOR_A)
+    for _ in range(3):
+        assert (await _create(client))[0] == 202
+
+    async def turn(key: str) -> int:
+        scheduling = {"fairness_key": key, "multitask": "reject"}
+        body = {"input": "next", "session_id": "s-1", "scheduling": scheduling}
+        return (await client.post("/v1/runs", data=orjson.dumps(body), headers=JSON)).status
+
+    # When a turn of an idle session with multitask reject is refused for the quota
+    assert await turn("a") == 429
+    # Then the session is not left busy with a turn that was never stored
+    assert await turn("b") == 202
