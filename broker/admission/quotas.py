@@ -49,13 +49,17 @@ class Quotas:
 
     default: Quota = Quota()
     keys: tuple[tuple[str, Quota], ...] = field(default=(), converter=_sorted)
+    _by_key: Mapping[str, Quota] = field(init=False, eq=False, repr=False)  #: `keys` looked up once per create
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "_by_key", dict(self.keys))
 
     def __bool__(self) -> bool:
         return self != NO_QUOTAS
 
     def of(self, key: str) -> Quota:
         """The quota that applies to a fairness key."""
-        own = dict(self.keys).get(key)
+        own = self._by_key.get(key)
         return self.default if own is None else own.over(self.default)
 
     def waiting(self, key: str) -> int | None:
