@@ -44,6 +44,14 @@ def script_keys(bound: Bound, partitions: Sequence[int]) -> list[str]:
     return [*(keys.fair(p) for p in partitions if bound.key), *(keys.line(p) for p in partitions if bound.all)]
 
 
+def add(into: list[str], write: dict[str, object], bound: Bound, base: Counted, *, cluster: bool, job_id: str) -> None:
+    """Add the bound to a create's job write: its `bound` field, and the KEYS it names after those `into` holds."""
+    partitions = seen(cluster, job_id)
+    fairness_key = cast(dict[str, str], write["fair"])["key"]
+    write["bound"] = fields(bound, fairness_key, len(into) + 1, partitions, base)
+    into.extend(script_keys(bound, partitions))
+
+
 def seen(cluster: bool, job_id: str) -> list[int]:
     """The partitions the job write counts itself: all on a single Redis, its own on a cluster."""
     return [keys.partition_of(job_id)] if cluster else list(keys.partitions())

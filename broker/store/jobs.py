@@ -262,7 +262,7 @@ class JobStore:
         }
         if runs:  # what packed entries leave out, kept once in the view hash (broker/store/entries.py)
             write["runs"] = [item for field_run in runs.items() for item in field_run]
-        script_keys = self._script_keys(job_id, write, turn, bound if expected == "$new" else None)
+        script_keys = self._script_keys(job_id, write, turn, bound)
         args = [orjson.dumps(write), encode_view(view), state, report, *stored]
         if self._batch is not None:
             return as_strings(await self._batch.run(self._scripts.append_events, script_keys, args))
@@ -273,19 +273,16 @@ class JobStore:
         job_id: str,
         write: dict[str, object],
         turn: tuple[str, list[str | int]] | None,
-        bound: tuple[Bound, bounds.Counted] | None = None,
+        bound: tuple[Bound, bounds.Counted] | None,
     ) -> list[str]:
         """append_events.lua's KEYS; with the line, the top zset where the key's count is mirrored (SPEC S4.2); with
-        a `bound`, the partitions' fair hashes and lines it counts (SPEC S4.4)."""
+        a create's `bound`, the partitions' counts it checks (SPEC S4.4)."""
         script_keys = [*_write_keys(job_id), *([] if self._cluster else [keys.WORK]), *([turn[0]] if turn else [])]
         if "line" in write:
             script_keys.append(keys.fair_top(keys.partition_of(job_id)))
             write["top"] = str(len(script_keys))
         if bound is not None:
-            partitions = bounds.seen(self._cluster, job_id)
-            fairness_key = cast(dict[str, str], write["fair"])["key"]
-            write["bound"] = bounds.fields(bound[0], fairness_key, len(script_keys) + 1, partitions, bound[1])
-            script_keys.extend(bounds.script_keys(bound[0], partitions))
+            bounds.add(script_keys, write, *bound, cluster=self._cluster, job_id=job_id)
         return script_keys
 
     def _ending(self, view: JobView, *, release: bool) -> dict[str, str]:
