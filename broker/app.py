@@ -199,6 +199,8 @@ def _redis_context(url: str | None) -> Context:
             memory=memory,
             conversations=app[conversations_key],
             session_history=config.runs_session_history,
+            quotas=config.admission_quotas,
+            max_waiting=config.admission_max_waiting,
         )
         await memory.start()
         yield

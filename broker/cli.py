@@ -31,8 +31,8 @@ def version() -> str:
 
 def shown_default(value: object) -> str:
     """A Config default as the environment would spell it: `unset`, `true`/`false`, comma-separated lists."""
-    if value is None or value == ():
-        return "unset"
+    if value is None or value == () or (not isinstance(value, bool | int | float | str) and not value):
+        return "unset"  # an empty tuple, or no quotas
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, tuple):

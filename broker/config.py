@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import attrs
 from attrs import frozen
 
+from broker.admission.quotas import NO_QUOTAS, Quotas, parse_quotas
 from broker.callbacks.hosts import parse_hosts
 from broker.errors import ConfigError
 from broker.upstreams import Upstream, build, parse_urls
@@ -57,6 +58,8 @@ class Config:
     hermes_max_body: int = 1_048_576
     admission_fairness_default: str = "session_key"  #: a job's key when it names none (SPEC S4.2)
     admission_fairness_weights: tuple[tuple[str, float], ...] = ()  #: weights per key, winning over a create's
+    admission_quotas: Quotas = NO_QUOTAS  #: ADMISSION_QUOTAS: limits per fairness key (SPEC S4.4)
+    admission_max_waiting: int = 0  #: most waiting jobs in all; 0: no bound (SPEC S4.4)
     #: share of Redis's maxmemory past which creates answer 503, so accepted jobs keep room to finish (SPEC S4.4)
     redis_memory_high: float = 0.9
     runs_session_multitask: str = "enqueue"  #: what a new turn of a busy session does (SPEC S4.3)
@@ -320,6 +323,8 @@ _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "HERMES_MAX_BODY": ("hermes_max_body", _integer(1)),
     "ADMISSION_FAIRNESS_DEFAULT": ("admission_fairness_default", _choice(FAIRNESS_DEFAULTS)),
     "ADMISSION_FAIRNESS_WEIGHTS": ("admission_fairness_weights", _weights),
+    "ADMISSION_QUOTAS": ("admission_quotas", parse_quotas),
+    "ADMISSION_MAX_WAITING": ("admission_max_waiting", _integer(0)),
     "REDIS_MEMORY_HIGH": ("redis_memory_high", _share),
     "RUNS_SESSION_MULTITASK": ("runs_session_multitask", _choice(MULTITASK)),
     "RUNS_SESSION_HISTORY": ("runs_session_history", _boolean),
@@ -374,6 +379,8 @@ MEANINGS: dict[str, str] = {
     "HERMES_UPSTREAM_LOST": "an upstream that answers nothing this long is lost: its live runs move",
     "ADMISSION_FAIRNESS_DEFAULT": "fairness key of a job that names none: session_key, session_id or none",
     "ADMISSION_FAIRNESS_WEIGHTS": "weights per fairness key, key=weight,key=weight (0 < weight <= 1000)",
+    "ADMISSION_QUOTAS": 'JSON quotas per fairness key, {"default": {"waiting": N}, "keys": {"k": {"waiting": N}}}',
+    "ADMISSION_MAX_WAITING": "most jobs waiting in the line in all; past it creates answer 429 queue_full; 0: no bound",
     "REDIS_MEMORY_HIGH": "share of Redis's maxmemory past which creates answer 503",
     "RUNS_SESSION_MULTITASK": "what a new turn of a busy session does: enqueue, reject, interrupt or parallel",
     "RUNS_SESSION_HISTORY": "send a session's earlier completed turns to Hermes as conversation_history",

@@ -11,6 +11,7 @@ class BrokerError(Exception):
     status: int = 500
     type: str = "server_error"
     code: str | None = "internal_error"
+    retry_after_s: int | None = None  #: the answer's Retry-After, when the same request may succeed later
 
     def __init__(self, message: str, *, param: str | None = None) -> None:
         super().__init__(message)
@@ -85,6 +86,25 @@ class SessionBusy(BrokerError):
     def __init__(self, session_id: str, holder: str) -> None:
         super().__init__(f"Session {session_id} is busy with {holder}", param="session_id")
         self.holder = holder
+
+
+class QueueFull(BrokerError):
+    """Raised when a create finds its fairness key's `waiting` quota or ADMISSION_MAX_WAITING reached (SPEC S4.4);
+    nothing is stored."""
+
+    status = 429
+    type = "rate_limit_error"
+    code = "queue_full"
+    retry_after_s = 5  #: room comes back as waiting jobs start their runs
+
+    def __init__(self, scope: str, limit: int, fairness_key: str) -> None:
+        if scope == "key":
+            message = f"Fairness key {fairness_key!r} has {limit} jobs waiting, its waiting quota; try again later"
+            super().__init__(message, param="scheduling.fairness_key")
+        else:
+            super().__init__(f"The line holds {limit} waiting jobs, ADMISSION_MAX_WAITING; try again later")
+        self.scope = scope
+        self.limit = limit
 
 
 class Conflict(BrokerError):

@@ -38,8 +38,9 @@ class Metrics:
         self.refused_creates = Counter(
             "hbr_hermes_refused_creates", "Creates Hermes refused (this replica).", ["reason"], registry=r
         )
-        #: creates answered without a job, by reason: `redis_memory` (past REDIS_MEMORY_HIGH), `outage` (a 503 of
-        #: an unreachable, failing-over or full Redis), `session_busy` (a turn with multitask reject, SPEC S4.3)
+        #: creates answered without a job, by reason: `queue_full` (a key's `waiting` quota or ADMISSION_MAX_WAITING,
+        #: SPEC S4.4), `redis_memory` (past REDIS_MEMORY_HIGH), `outage` (a 503 of an unreachable, failing-over or
+        #: full Redis), `session_busy` (a turn with multitask reject, SPEC S4.3)
         self.creates_not_taken = Counter("hbr_creates_refused", "Creates not taken, by reason.", ["reason"], registry=r)
         self.admission = {
             name: Gauge(f"hbr_admission_{name}", text, registry=r)

@@ -38,7 +38,7 @@ def envelope(
 
 
 def from_broker_error(error: BrokerError) -> web.Response:
-    headers = {"Retry-After": str(error.retry_after_s)} if isinstance(error, Unavailable) else None
+    headers = {"Retry-After": str(error.retry_after_s)} if error.retry_after_s is not None else None
     return envelope(error.status, error.message, code=error.code, type_=error.type, param=error.param, headers=headers)
 
 

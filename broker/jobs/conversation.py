@@ -117,6 +117,10 @@ class Conversations:
                 return holder if turn.refused else None
         return holder
 
+    async def withdraw(self, session_id: str, job_id: str, now_ms: int) -> None:
+        """A turn that took its session (multitask reject) but whose job was not stored gives the session back."""
+        await self._release(session_id, job_id, now_ms)
+
     async def check(self, view: JobView, now_ms: int, place: str) -> Turn:
         """Does the turn hold its session? If not it is parked, with `place` to go back to."""
         assert view.session_id is not None

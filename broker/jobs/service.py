@@ -10,6 +10,7 @@ from redis.asyncio import Redis
 
 from broker import tracing
 from broker.admission.fair import FairnessSettings, resolve
+from broker.admission.quotas import Quotas, bound_of
 from broker.admission.state import shown_hold
 from broker.clock import Clock
 from broker.errors import (
@@ -17,6 +18,7 @@ from broker.errors import (
     IdempotencyConflict,
     InvalidRequest,
     JobNotFound,
+    QueueFull,
     RedisNearlyFull,
     SessionBusy,
     Unavailable,
@@ -64,8 +66,12 @@ class JobService:
         memory: MemoryWatch | None = None,
         conversations: Conversations | None = None,
         session_history: bool = False,
+        quotas: Quotas | None = None,
+        max_waiting: int = 0,
     ) -> None:
         self._writer = writer
+        self._quotas = quotas or Quotas()  #: ADMISSION_QUOTAS: a key's `waiting` bounds its creates (SPEC S4.4)
+        self._max_waiting = max_waiting  #: ADMISSION_MAX_WAITING
         self._conversations = conversations  #: sessions' turns in order (SPEC S4.3); None: every turn in parallel
         self._session_history = session_history  #: RUNS_SESSION_HISTORY
         self._memory = memory
@@ -92,10 +98,11 @@ class JobService:
             settings=self._fairness,
         )
         job_id, now = job_id_for_key(key) if key else new_job_id(), self._clock.now_ms()
+        took = False  #: a `reject` turn took its session before its job is stored
         if self._conversations is None:
             scheduling = evolve(scheduling, multitask="parallel")
         elif scheduling.multitask == "reject" and request.session_id is not None:
-            await self._take_unless_held(request, request.session_id, job_id, now)
+            took = await self._take_unless_held(request, request.session_id, job_id, now)
         event = JobCreated(
             job_id=job_id,
             at_ms=now,
@@ -113,7 +120,12 @@ class JobService:
             callback_url=request.callback_url,
         )
         try:
-            outcome = await self._writer.create(event)
+            bound = bound_of(self._quotas, self._max_waiting, scheduling.fairness_key)
+            outcome = await self._writer.create(event, bound)
+        except QueueFull as full:
+            if took and self._conversations is not None and request.session_id is not None:
+                await self._conversations.withdraw(request.session_id, job_id, now)  # no job: the session is free
+            return await self._replay_only(request, refused=full)
         except Exception as error:
             if is_outage(error):  # answered 503 by the error middleware (a full Redis too: OOM)
                 self._metrics.creates_not_taken.labels("outage").inc()
@@ -143,17 +155,18 @@ class JobService:
         body = orjson.loads(request.body)
         return "conversation_history" not in body and "previous_response_id" not in body
 
-    async def _take_unless_held(self, request: CreateRun, session_id: str, job_id: str, now_ms: int) -> None:
+    async def _take_unless_held(self, request: CreateRun, session_id: str, job_id: str, now_ms: int) -> bool:
         """multitask `reject` (SPEC S4.3): 409 while an earlier turn of the session is queued or live, nothing
         stored; else the turn takes the session before its job is stored. A replay of an accepted Idempotency-Key is
         still answered with its job."""
         assert self._conversations is not None
         if request.idempotency_key is not None and await self._writer.store.load(job_id) is not None:
-            return
+            return False
         holder = await self._conversations.take_unless_held(session_id, job_id, now_ms)
         if holder is not None:
             self._metrics.creates_not_taken.labels("session_busy").inc()
             raise SessionBusy(session_id, holder)
+        return True
 
     async def _interrupt(self, view: JobView) -> None:
         """multitask `interrupt` (SPEC S4.3): the session's earlier turns are stopped, ending `superseded`; the new
@@ -170,17 +183,17 @@ class JobService:
             except JobNotFound:  # expired: released by the next check
                 continue
 
-    async def _replay_only(self, request: CreateRun) -> CreateResult:
-        """Redis is nearly full: no new job, but the job an Idempotency-Key already claimed is still answered
-        (a replay stores nothing; one read, and only while Redis is past its mark)."""
+    async def _replay_only(self, request: CreateRun, *, refused: QueueFull | None = None) -> CreateResult:
+        """Redis is nearly full, or the line (SPEC S4.4): no new job, but the job an Idempotency-Key already claimed
+        is still answered (a replay stores nothing; one read, and only for a refused create)."""
         key = request.idempotency_key
         if key is not None:
             try:
                 return self._replayed((await self._load(job_id_for_key(key))).view, request)
             except JobNotFound:
                 pass
-        self._metrics.creates_not_taken.labels("redis_memory").inc()
-        raise RedisNearlyFull()
+        self._metrics.creates_not_taken.labels("redis_memory" if refused is None else "queue_full").inc()
+        raise refused or RedisNearlyFull()
 
     def _replayed(self, existing: JobView, request: CreateRun) -> CreateResult:
         if existing.fingerprint != request.fingerprint or existing.idempotency_key != request.idempotency_key:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
+from broker.admission.quotas import Bound
 from broker.board.projector import BoardSettings, board_write
 from broker.callbacks.outbox import CallbackSettings, owed
 from broker.clock import Clock
@@ -41,10 +42,11 @@ class Writer:
         self._board = board
         self._callbacks = callbacks
 
-    async def create(self, event: JobCreated) -> Created:
+    async def create(self, event: JobCreated, bound: Bound | None = None) -> Created:
+        """Store a new job (`bound`: the waiting bounds it must be under, SPEC S4.4), or find the existing one."""
         view = apply(None, event)
         assert view is not None  # JobCreated always creates
-        return await self.store.create(event, view, await self._board_write(event.job_id, None, [event]))
+        return await self.store.create(event, view, await self._board_write(event.job_id, None, [event]), bound)
 
     async def commit(
         self,

@@ -12,10 +12,12 @@ from attrs import frozen
 from redis.asyncio import Redis
 
 from broker.admission import fair
+from broker.admission.quotas import Bound
 from broker.codec import decode, decode_board, decode_view, encode, encode_board, encode_view, pack
 from broker.errors import JobNotFound, LeaseLost, StreamConflict
 from broker.events import HermesEventRecorded, JobCreated, JobEvent, JobStatus, RunAccepted
 from broker.logging import get_logger
+from broker.store import bound as bounds
 from broker.store import keys, lean, signals
 from broker.store.batch import ScriptBatch
 from broker.store.callbacks import CallbackWrite
@@ -83,16 +85,29 @@ class JobStore:
         self._refreshing: asyncio.Task[None] | None = None  #: a read of V on its way (creates never wait for it)
         self._scripts = Scripts(redis, durability)
         self._cluster = is_cluster(redis)
+        self._guard = bounds.ClusterGuard()  #: the bounded line's check before the write, on a cluster (SPEC S4.4)
         #: the writes of a loop turn in one pipeline (broker/store/batch.py): on a single Redis, without WAIT
         self._batch = ScriptBatch(redis) if not self._cluster and not self._scripts.durability.replicas else None
         self._retention_ms = retention_ms
         self._hold_ms = hold_ms  # a job still waiting in the line by then is woken to expire (RUNS_HOLD)
 
-    async def create(self, event: JobCreated, view: JobView, board: BoardWrite | None = None) -> Created:
+    async def create(
+        self, event: JobCreated, view: JobView, board: BoardWrite | None = None, bound: Bound | None = None
+    ) -> Created:
         """Store `event` and its view, put the job in the admission line and ring the work stream for it,
         unless the job id exists already. Its place in the line is its start tag in its fairness key's turn
         (SPEC S4.2): on a cluster taken first, in the key's partition (a replayed create takes a turn it does not
-        use); on a single Redis inside the job write."""
+        use); on a single Redis inside the job write. Raise QueueFull, storing nothing, when the job would pass a
+        waiting `bound` (SPEC S4.4; broker/store/bound.py)."""
+        if not bound or not self._cluster:
+            return await self._create(event, view, board, bound, (0, 0))
+        # before the turn: a refused create takes none
+        async with self._guard.checked(self._redis, event.job_id, view.scheduling.fairness_key, bound) as counted:
+            return await self._create(event, view, board, bound, counted)
+
+    async def _create(
+        self, event: JobCreated, view: JobView, board: BoardWrite | None, bound: Bound | None, counted: bounds.Counted
+    ) -> Created:
         turn, args = await self._turn(view, event.at_ms)
         place, newcomer = None, False
         if self._cluster:
@@ -110,7 +125,10 @@ class JobStore:
             place=place,
             turn=None if self._cluster else (turn, args),
             newcomer=newcomer,
+            bound=(bound, counted) if bound else None,
         )
+        if reply[0] == "FULL" and bound is not None:
+            raise bounds.refused(bound, reply[1], view.scheduling.fairness_key)
         if reply[0] == "OK":
             if self._cluster:  # the doorbells (hints: the line is looked at anyway) are other slots there
                 await self._ring_board(event.job_id, board)  # first: the created version goes out before the run
@@ -202,6 +220,7 @@ class JobStore:
         newcomer: bool = False,
         release: bool = False,
         callback: CallbackWrite | None = None,
+        bound: tuple[Bound, bounds.Counted] | None = None,
     ) -> list[str]:
         """One append_events.lua over the job's partition (one slot; on a single Redis also the work stream,
         when `ring`, and the turns of a new job's fairness key, `turn`); acknowledged after WAIT when asked."""
@@ -247,7 +266,7 @@ class JobStore:
         }
         if runs:  # what packed entries leave out, kept once in the view hash (broker/store/entries.py)
             write["runs"] = [item for field_run in runs.items() for item in field_run]
-        script_keys = self._script_keys(job_id, write, turn, callback)
+        script_keys = self._script_keys(job_id, write, turn, callback, bound)
         args = [orjson.dumps(write), encode_view(view), state, report, *stored]
         if self._batch is not None:
             return as_strings(await self._batch.run(self._scripts.append_events, script_keys, args))
@@ -259,9 +278,11 @@ class JobStore:
         write: dict[str, object],
         turn: tuple[str, list[str | int]] | None,
         callback: CallbackWrite | None,
+        bound: tuple[Bound, bounds.Counted] | None,
     ) -> list[str]:
         """append_events.lua's KEYS; with the line, the top zset where the key's count is mirrored (SPEC S4.2);
-        with owed callbacks, the job's callback hash and its partition's schedule (SPEC S5.8)."""
+        with owed callbacks, the job's callback hash and its partition's schedule (SPEC S5.8); with a create's
+        `bound`, the partitions' counts it checks (SPEC S4.4)."""
         script_keys = [*_write_keys(job_id), *([] if self._cluster else [keys.WORK]), *([turn[0]] if turn else [])]
         if "line" in write:
             script_keys.append(keys.fair_top(keys.partition_of(job_id)))
@@ -269,6 +290,8 @@ class JobStore:
         if callback is not None and callback.add:
             script_keys.extend(callback.script_keys(job_id))
             write["callback"] = callback.fields(len(script_keys) - 1, len(script_keys))
+        if bound is not None:
+            bounds.add(script_keys, write, *bound, cluster=self._cluster, job_id=job_id)
         return script_keys
 
     def _ending(self, view: JobView, *, release: bool) -> dict[str, str]:

@@ -27,7 +27,8 @@ hbr:{pN}:due                 zset    job id -> epoch ms of its next wake-up (mem
 hbr:{pN}:line                zset    jobs waiting for Hermes -> score (S4.1, S4.2)     none; job write, claim
 hbr:{pN}:fair                hash    per fairness key with waiting jobs in the         none; job write, claim,
                                      partition: `n:<key>` their count, `w:<key>` its     enter; a pass clears it
-                                     weight (S4.2: /readyz top keys)                     when the line is empty
+                                     weight (S4.2: /readyz top keys; a create's          when the line is empty
+                                     `waiting` quota, S4.4, broker/store/bound.py)
 hbr:{pN}:fair:top            zset    fairness key -> its `n:` count in `fair`, so the    none; as `fair` (this
                                      keys with most waiting jobs are read in O(log n)    version's scripts); a
                                      whatever the number of keys (S4.2, S3.8)           repair slice mends drift

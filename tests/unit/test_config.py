@@ -10,6 +10,7 @@ import sys
 import attrs
 import pytest
 
+from broker.admission.quotas import Quota, Quotas
 from broker.board.due import DeliverySettings
 from broker.config import Config
 from broker.errors import ConfigError
@@ -35,6 +36,8 @@ DEFAULTS = {
     "hermes_max_body": 1_048_576,
     "admission_fairness_default": "session_key",
     "admission_fairness_weights": (),
+    "admission_quotas": Quotas(),
+    "admission_max_waiting": 0,
     "runs_session_multitask": "enqueue",
     "runs_session_history": False,
     "runs_session_history_turns": 50,
@@ -93,6 +96,12 @@ EVERY_VARIABLE = {
         "admission_fairness_weights",
         (("team-a", 3.0), ("team-b", 0.5)),
     ),
+    "ADMISSION_QUOTAS": (
+        '{"default": {"waiting": 100}, "keys": {"batch": {"waiting": 5, "live": 2, "tokens": 1000, "window": "1d"}}}',
+        "admission_quotas",
+        Quotas(Quota(waiting=100), (("batch", Quota(live=2, waiting=5, tokens=1000, window="1d")),)),
+    ),
+    "ADMISSION_MAX_WAITING": ("10000", "admission_max_waiting", 10_000),
     "REDIS_MEMORY_HIGH": ("0.75", "redis_memory_high", 0.75),
     "RUNS_SESSION_MULTITASK": ("Reject", "runs_session_multitask", "reject"),
     "RUNS_SESSION_HISTORY": ("true", "runs_session_history", True),
@@ -135,7 +144,7 @@ EVERY_VARIABLE = {
 
 
 def test_the_defaults_are_those_of_s2() -> None:
-    assert attrs.asdict(Config.from_env({})) == DEFAULTS
+    assert attrs.asdict(Config.from_env({}), recurse=False) == DEFAULTS
 
 
 def test_every_variable_parses() -> None:
@@ -143,7 +152,7 @@ def test_every_variable_parses() -> None:
     assert {field: getattr(config, field) for _, field, _ in EVERY_VARIABLE.values()} == {
         field: value for _, field, value in EVERY_VARIABLE.values()
     }
-    assert set(attrs.asdict(config)) == {field for _, field, _ in EVERY_VARIABLE.values()}
+    assert set(attrs.asdict(config, recurse=False)) == {field for _, field, _ in EVERY_VARIABLE.values()}
 
 
 @pytest.mark.parametrize("name", sorted(EVERY_VARIABLE))
@@ -154,7 +163,7 @@ def test_each_variable_alone_changes_only_its_field(name: str) -> None:
         env["BOARD_URL"] = "https://board.example/hook"
     if name == "REDIS_CLUSTER":
         env["REDIS_URL"] = "redis://10.0.0.1:7000"
-    changed = attrs.asdict(Config.from_env(env))
+    changed = attrs.asdict(Config.from_env(env), recurse=False)
     assert changed[field] == value
     companions = (field, "board_url", "redis_url")
     assert {k: v for k, v in changed.items() if k not in companions} == {
@@ -248,6 +257,10 @@ def test_unknown_variables_are_not_read() -> None:
         ("REDIS_MEMORY_HIGH", "nan"),
         ("REDIS_MEMORY_HIGH", "90%"),
         ("REDIS_MEMORY_HIGH", ""),
+        ("ADMISSION_MAX_WAITING", "-1"),
+        ("ADMISSION_MAX_WAITING", "many"),
+        ("ADMISSION_QUOTAS", "{"),
+        ("ADMISSION_QUOTAS", '{"keys": {"a": {"waiting": 0}}}'),
     ],
 )
 def test_a_bad_value_names_its_variable(name: str, raw: str) -> None:
@@ -342,6 +355,7 @@ def test_the_signing_secrets_are_never_printed() -> None:
         ("BOARD_SIGNING_SECRET", SECRET_A[6:]),
         ("ADMISSION_FAIRNESS_WEIGHTS", "a=0"),
         ("REDIS_MEMORY_HIGH", "2"),
+        ("ADMISSION_QUOTAS", '{"default": {"waiting": 10},\n "keys": {"batch": {"waiting": "ten"}}}'),
     ],
 )
 def test_the_broker_exits_with_one_line_naming_the_variable(name: str, raw: str) -> None:
@@ -357,6 +371,8 @@ def test_the_broker_exits_with_one_line_naming_the_variable(name: str, raw: str)
     assert wanted in lines[0]
     if name == "BOARD_SIGNING_SECRET":
         assert raw not in lines[0]
+    if name == "ADMISSION_QUOTAS":  # the path of the bad value in the JSON
+        assert "keys.batch.waiting must be an integer of at least 1" in lines[0]
 
 
 # --- several Hermes deployments (SPEC S10) ---

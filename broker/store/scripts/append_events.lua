@@ -14,6 +14,8 @@
 -- KEYS[16+w.statuses] the turns zset of the job's fairness key and priority: only on a single Redis, with `turn`
 -- KEYS[w.top] partition fair top zset (fairness key -> its count in KEYS[12]): with `top`, in a write that enters
 --   or leaves the line
+-- KEYS[bound.key.first..last] partition fair hashes, KEYS[bound.all.first..last] partition lines: with `bound`
+--   (on a single Redis every partition's; on a cluster the job's own: one slot)
 -- ARGV[1] the write, a JSON object of strings:
 --   job        the job id
 --   expect     '' = do not check, '$new' = create only if the job does not exist, else the expected last id
@@ -58,12 +60,17 @@
 --              unless a delivery of it is due or claimed already; nothing after a 410 (`status` gone)
 --   board      present: a new board version {at, change ('1' = state change), expire (epoch ms),
 --              refresh (ms), now (epoch ms)}
+--   bound      with '$new', present: the waiting bounds the job must be under to join (SPEC S4.4), checked before
+--              anything is written: {name = its fairness key, key = {most, base, first, last}, all = {most, base,
+--              first, last}} (each optional): `key` counts `base` plus the key's `n:` in the fair hashes
+--              KEYS[first..last], `all` counts `base` plus the jobs of the lines KEYS[first..last]; `base` is what
+--              the caller counted where the script cannot see (a cluster's other partitions). At `most`: FULL
 --   index      present (the job's status or updated_at changed): the listing entry {score (the view's
 --              updated_at ms), key (the index of its status, one of KEYS[14..]), from (present: the index of
 --              its previous status), sweep (present: previous status unknown, leave every other index)}
 -- ARGV[2] job view JSON   ARGV[3] board fold state JSON ('' = no board)   ARGV[4] board report ('' = none)
 -- ARGV[5..] event JSONs, oldest first
--- Returns {'OK', id1, ...} | {'EXISTS', view JSON} | {'MISSING'} | {'FENCED'} | {'CONFLICT', actual last id}
+-- Returns {'OK', id1, ...} | {'EXISTS', view JSON} | {'FULL', 'key' | 'all'} (nothing written) | {'MISSING'} | {'FENCED'} | {'CONFLICT', actual last id}
 local w = cjson.decode(ARGV[1])
 if w.token ~= '' and redis.call('GET', KEYS[3]) ~= w.token then
   return {'FENCED'}
@@ -72,6 +79,25 @@ local last = redis.call('HGET', KEYS[2], 'last_id')
 if w.expect == '$new' then
   if last then
     return {'EXISTS', redis.call('HGET', KEYS[2], 'state') or ''}  -- '' (a lean view): the caller reads it
+  end
+  local b = w.bound
+  if b and b.key then
+    local n, field = tonumber(b.key.base), 'n:' .. b.name
+    for i = b.key.first, b.key.last do
+      n = n + tonumber(redis.call('HGET', KEYS[i], field) or '0')
+    end
+    if n >= tonumber(b.key.most) then
+      return {'FULL', 'key'}
+    end
+  end
+  if b and b.all then
+    local n = tonumber(b.all.base)
+    for i = b.all.first, b.all.last do
+      n = n + redis.call('ZCARD', KEYS[i])
+    end
+    if n >= tonumber(b.all.most) then
+      return {'FULL', 'all'}
+    end
   end
 elseif not last then
   return {'MISSING'}

@@ -21,6 +21,7 @@ from redis.crc import key_slot
 from redis.exceptions import ClusterCrossSlotError
 
 from broker.admission.pacing import Pacing
+from broker.admission.quotas import Bound
 from broker.events import HoldReason, JobCreated, JobFinished, JobStatus, Scheduling, StopRequested
 from broker.store import keys, scripts
 from broker.store.admission import AdmissionStore
@@ -88,6 +89,19 @@ async def _create_keyed(redis: Redis) -> None:
     view = apply(None, event)
     assert view is not None
     await JobStore(redis, retention_ms=60_000).create(event, view)
+
+
+async def _create_bounded(redis: Redis) -> None:
+    """A create under a key's waiting quota and a bound on all (SPEC S4.4): the other partitions read first, then
+    the job write checks its own."""
+    store = JobStore(redis, retention_ms=60_000)
+    for number, job_id in enumerate((JOB, "job_" + "b" * 32)):
+        scheduling = Scheduling(fairness_key="team-a")
+        event = JobCreated(job_id=job_id, at_ms=1_000, body="{}", fingerprint=str(number), scheduling=scheduling)
+        view = apply(None, event)
+        assert view is not None
+        await store.create(event, view, bound=Bound(key=5, all=5))
+    assert await redis.hget(keys.fair(keys.partition_of(JOB)), "n:team-a") is not None
 
 
 def _admission(redis: Redis) -> AdmissionStore:
@@ -335,6 +349,7 @@ async def _session_turns(redis: Redis) -> object:
 
 SINGLE_SLOT: list[tuple[str, Operation]] = [
     ("append_events (create)", _create),
+    ("bounded create: the other partitions read, then append_events checks its own (SPEC S4.4)", _create_bounded),
     ("append_events (append with board and due)", _append),
     ("acquire_lease", _lease),
     ("renew_lease", _renew),
