@@ -2,31 +2,41 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Callable, Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
 import attrs
 from attrs import frozen
 
 from broker.admission.quotas import NO_QUOTAS, Quotas, parse_quotas
 from broker.callbacks.hosts import parse_hosts
+from broker.config_values import (
+    boolean,
+    boolean_or_false,
+    choice,
+    integer,
+    integers,
+    optional_text,
+    optional_url,
+    redis_url,
+    share,
+    signing_secrets,
+    text,
+    urls,
+    weights,
+    without_credentials,
+)
 from broker.errors import ConfigError
 from broker.upstreams import Upstream, build, parse_urls
 
 LOG_LEVELS = ("debug", "info", "warn", "error")
 LOG_FORMATS = ("json", "text")
-SECRET_PREFIX = "whsec_"  #: Standard Webhooks' symmetric secret form: the prefix, then standard base64 of the key
-SECRET_BYTES = (24, 64)  #: the key length Standard Webhooks asks of a symmetric secret (192 to 512 bits)
 #: variables whose value never appears in an error message
 _HIDDEN = frozenset({"HERMES_API_KEY", "BOARD_SIGNING_SECRET", "CALLBACK_SIGNING_SECRET"})
 #: Prefixes of the broker's own variables: one it does not know is named in a warn line at startup (a typo).
 PREFIXES = ("HERMES_", "RUNS_", "BOARD_", "REDIS_", "ADMISSION_", "CALLBACK_")
 FAIRNESS_DEFAULTS = ("session_key", "session_id", "none")  #: ADMISSION_FAIRNESS_DEFAULT (SPEC S4.2)
 MULTITASK = ("enqueue", "reject", "interrupt", "parallel")  #: RUNS_SESSION_MULTITASK, `scheduling.multitask` (S4.3)
-MAX_FAIRNESS_WEIGHT = 1_000.0
 
 
 def _limits(value: int | tuple[int, ...]) -> tuple[int, ...]:
@@ -46,7 +56,7 @@ class Config:
     redis_wait_timeout_ms: int = 1_000
     data_dir: str = "./data"
     #: one or more Hermes base URLs, comma-separated, each an upstream (SPEC S10); see `upstreams`
-    hermes_url: str = attrs.field(default="http://127.0.0.1:8642", repr=lambda raw: repr(_without_credentials(raw)))
+    hermes_url: str = attrs.field(default="http://127.0.0.1:8642", repr=lambda raw: repr(without_credentials(raw)))
     #: one key for all upstreams or a comma-separated list of one per upstream (an empty item: no key)
     hermes_api_key: str | None = attrs.field(default=None, repr=False)  # a secret: never printed
     hermes_timeout_ms: int = 30_000
@@ -109,7 +119,7 @@ class Config:
             try:
                 values[field] = parse(raw)
             except ValueError as exc:
-                shown = "<hidden>" if name in _HIDDEN else repr(_without_credentials(raw))
+                shown = "<hidden>" if name in _HIDDEN else repr(without_credentials(raw))
                 raise ConfigError(f"{name}={shown} {exc}") from None
         values["otel_traces"] = _otel_traces(env)
         config = cls(**values)
@@ -136,7 +146,7 @@ _OTLP_PROTOCOLS = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PRO
 def _otel_traces(env: Mapping[str, str]) -> tuple[str, ...]:
     """The trace exporters OTEL_* configuration asks for: OTEL_TRACES_EXPORTER, else `otlp` when an OTLP
     endpoint is set; none when OTEL_SDK_DISABLED. Only OTLP over HTTP (http/protobuf) is shipped."""
-    if _boolean_or_false(env.get("OTEL_SDK_DISABLED", "")):
+    if boolean_or_false(env.get("OTEL_SDK_DISABLED", "")):
         return ()
     named = env.get("OTEL_TRACES_EXPORTER", "").strip().lower()
     endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip() or env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "")
@@ -154,210 +164,58 @@ def _otel_traces(env: Mapping[str, str]) -> tuple[str, ...]:
     return exporters
 
 
-def _without_credentials(raw: str) -> str:
-    """A value as an error shows it: URLs' `user:password@` masked (a bad HERMES_URL list may carry some)."""
-    return ",".join(
-        item if "://" not in item or "@" not in item else f"{item.partition('://')[0]}://***@{item.rpartition('@')[2]}"
-        for item in raw.split(",")
-    )
-
-
-def _boolean_or_false(raw: str) -> bool:
-    try:
-        return _boolean(raw)
-    except ValueError:
-        return False
-
-
-def _integer(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
-    def parse(raw: str) -> int:
-        try:
-            value = int(raw.strip())
-        except ValueError:
-            raise ValueError("is not an integer") from None
-        if value < minimum:
-            raise ValueError(f"must be at least {minimum}")
-        if maximum is not None and value > maximum:
-            raise ValueError(f"must be at most {maximum}")
-        return value
-
-    return parse
-
-
-def _boolean(raw: str) -> bool:
-    lowered = raw.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError("is not a boolean (true/false)")
-
-
-def _urls(raw: str) -> str:
-    return ",".join(parse_urls(raw))
-
-
-def _integers(minimum: int) -> Callable[[str], tuple[int, ...]]:
-    one = _integer(minimum)
-
-    def parse(raw: str) -> tuple[int, ...]:
-        items = raw.split(",")
-        if len(items) == 1:
-            return (one(raw),)
-        values: list[int] = []
-        for number, item in enumerate(items, start=1):
-            try:
-                values.append(one(item))
-            except ValueError as exc:
-                raise ValueError(f"(item {number} of {len(items)}) {exc}") from None
-        return tuple(values)
-
-    return parse
-
-
-def _url(raw: str) -> str:
-    parts = urlsplit(raw.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError("is not an http(s) URL")
-    return raw.strip().rstrip("/")
-
-
-def _redis_url(raw: str) -> str | None:
-    if not raw.strip():
-        return None  # an empty REDIS_URL means "embedded", as unset does
-    parts = urlsplit(raw.strip())
-    if parts.scheme not in ("redis", "rediss", "unix"):
-        raise ValueError("is not a redis://, rediss:// or unix:// URL")
-    return raw.strip()
-
-
-def _choice(options: tuple[str, ...]) -> Callable[[str], str]:
-    def parse(raw: str) -> str:
-        value = raw.strip().lower()
-        if value == "warning":
-            value = "warn"
-        if value not in options:
-            raise ValueError(f"is not one of {', '.join(options)}")
-        return value
-
-    return parse
-
-
-def _weights(raw: str) -> tuple[tuple[str, float], ...]:
-    """`key=weight,key=weight` (a key may hold `=`: the last one separates the weight); 0 < weight <= 1000."""
-    pairs: dict[str, float] = {}
-    for item in raw.split(","):
-        if not item.strip():
-            continue
-        key, sep, number = item.strip().rpartition("=")
-        if not sep or not key:
-            raise ValueError(f"has {item.strip()!r}, not key=weight")
-        try:
-            weight = float(number)
-        except ValueError:
-            raise ValueError(f"has a weight that is not a number: {number!r}") from None
-        if not 0 < weight <= MAX_FAIRNESS_WEIGHT:
-            raise ValueError(f"has a weight out of range (0, 1000]: {number!r}")
-        pairs[key] = weight
-    return tuple(pairs.items())
-
-
-def _share(raw: str) -> float:
-    """A share in (0, 1], e.g. `0.9`."""
-    try:
-        value = float(raw.strip())
-    except ValueError:
-        raise ValueError("is not a number") from None
-    if not 0 < value <= 1:  # also refuses nan
-        raise ValueError("must be a share in (0, 1]")
-    return value
-
-
-def _text(raw: str) -> str:
-    return raw
-
-
-def _optional_text(raw: str) -> str | None:
-    return raw or None
-
-
-def _signing_secrets(raw: str) -> tuple[bytes, ...]:
-    """Space-separated `whsec_<standard base64>` secrets, each of 24 to 64 key bytes; blank = none."""
-    words = raw.split()
-    keys: list[bytes] = []
-    for number, word in enumerate(words, start=1):
-        which = f"(secret {number} of {len(words)})"
-        if not word.startswith(SECRET_PREFIX):
-            raise ValueError(f"{which} does not start with {SECRET_PREFIX}")
-        encoded = word[len(SECRET_PREFIX) :]
-        try:
-            key = base64.b64decode(encoded, validate=True)
-        except binascii.Error:
-            key = None
-        if key is None or base64.b64encode(key).decode() != encoded:  # canonical only: no stray or missing '='
-            raise ValueError(f"{which} is not standard base64 (with its = padding) after {SECRET_PREFIX}")
-        if not SECRET_BYTES[0] <= len(key) <= SECRET_BYTES[1]:
-            raise ValueError(f"{which} holds {len(key)} key bytes, not {SECRET_BYTES[0]} to {SECRET_BYTES[1]}")
-        keys.append(key)
-    return tuple(keys)
-
-
-def _optional_url(raw: str) -> str | None:
-    return _url(raw) if raw.strip() else None
-
-
 _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
-    "HOST": ("host", _text),
-    "PORT": ("port", _integer(0, 65535)),
-    "REDIS_URL": ("redis_url", _redis_url),
-    "REDIS_CLUSTER": ("redis_cluster", _boolean),
-    "REDIS_WAIT_REPLICAS": ("redis_wait_replicas", _integer(0)),
-    "REDIS_WAIT_TIMEOUT": ("redis_wait_timeout_ms", _integer(1)),
-    "DATA_DIR": ("data_dir", _text),
-    "HERMES_URL": ("hermes_url", _urls),
-    "HERMES_API_KEY": ("hermes_api_key", _optional_text),
-    "HERMES_TIMEOUT": ("hermes_timeout_ms", _integer(1)),
-    "HERMES_MAX_CONCURRENT": ("hermes_max_concurrent", _integers(0)),
-    "HERMES_AFFINITY_GRACE": ("hermes_affinity_grace_ms", _integer(0)),
-    "HERMES_UPSTREAM_LOST": ("hermes_upstream_lost_ms", _integer(1)),
-    "HERMES_MAX_BODY": ("hermes_max_body", _integer(1)),
-    "ADMISSION_FAIRNESS_DEFAULT": ("admission_fairness_default", _choice(FAIRNESS_DEFAULTS)),
-    "ADMISSION_FAIRNESS_WEIGHTS": ("admission_fairness_weights", _weights),
+    "HOST": ("host", text),
+    "PORT": ("port", integer(0, 65535)),
+    "REDIS_URL": ("redis_url", redis_url),
+    "REDIS_CLUSTER": ("redis_cluster", boolean),
+    "REDIS_WAIT_REPLICAS": ("redis_wait_replicas", integer(0)),
+    "REDIS_WAIT_TIMEOUT": ("redis_wait_timeout_ms", integer(1)),
+    "DATA_DIR": ("data_dir", text),
+    "HERMES_URL": ("hermes_url", urls),
+    "HERMES_API_KEY": ("hermes_api_key", optional_text),
+    "HERMES_TIMEOUT": ("hermes_timeout_ms", integer(1)),
+    "HERMES_MAX_CONCURRENT": ("hermes_max_concurrent", integers(0)),
+    "HERMES_AFFINITY_GRACE": ("hermes_affinity_grace_ms", integer(0)),
+    "HERMES_UPSTREAM_LOST": ("hermes_upstream_lost_ms", integer(1)),
+    "HERMES_MAX_BODY": ("hermes_max_body", integer(1)),
+    "ADMISSION_FAIRNESS_DEFAULT": ("admission_fairness_default", choice(FAIRNESS_DEFAULTS)),
+    "ADMISSION_FAIRNESS_WEIGHTS": ("admission_fairness_weights", weights),
     "ADMISSION_QUOTAS": ("admission_quotas", parse_quotas),
-    "ADMISSION_MAX_WAITING": ("admission_max_waiting", _integer(0)),
-    "REDIS_MEMORY_HIGH": ("redis_memory_high", _share),
-    "RUNS_SESSION_MULTITASK": ("runs_session_multitask", _choice(MULTITASK)),
-    "RUNS_SESSION_HISTORY": ("runs_session_history", _boolean),
-    "RUNS_SESSION_HISTORY_TURNS": ("runs_session_history_turns", _integer(1)),
-    "RUNS_CONCURRENCY": ("runs_concurrency", _integer(1)),
-    "RUNS_HOLD": ("runs_hold_ms", _integer(0)),
-    "RUNS_RESUBMIT": ("runs_resubmit", _integer(0)),
-    "RUNS_BACKOFF": ("runs_backoff_ms", _integer(1)),
-    "RUNS_BACKOFF_MAX": ("runs_backoff_max_ms", _integer(1)),
-    "RUNS_POLL_INTERVAL": ("runs_poll_interval_ms", _integer(1)),
-    "RUNS_LEASE": ("runs_lease_ms", _integer(300)),
-    "RUNS_EVENT_BLOCK": ("runs_event_block_ms", _integer(1)),
-    "RUNS_RETENTION": ("runs_retention_ms", _integer(1)),
-    "RUNS_DELTA_RETENTION": ("runs_delta_retention_ms", _integer(0)),
-    "RUNS_EVENTS_MAXLEN": ("runs_events_maxlen", _integer(1)),
-    "RUNS_PROXY_ENABLED": ("runs_proxy_enabled", _boolean),
-    "RUNS_APPROVAL_ALLOW_ALWAYS": ("runs_approval_allow_always", _boolean),
-    "SHUTDOWN_GRACE": ("shutdown_grace_ms", _integer(0)),
-    "BOARD_ENABLED": ("board_enabled", _boolean),
-    "BOARD_URL": ("board_url", _optional_url),
-    "BOARD_PLATFORM": ("board_platform", _text),
-    "BOARD_SIGNING_SECRET": ("board_signing_secrets", _signing_secrets),
-    "BOARD_RETRIES": ("board_retries", _integer(1)),
-    "BOARD_TIMEOUT": ("board_timeout_ms", _integer(1)),
-    "BOARD_REFRESH_INTERVAL": ("board_refresh_interval_ms", _integer(0)),
-    "BOARD_RECONCILE_INTERVAL": ("board_reconcile_interval_ms", _integer(1)),
-    "HERMES_TTL": ("hermes_ttl_ms", _integer(1)),
+    "ADMISSION_MAX_WAITING": ("admission_max_waiting", integer(0)),
+    "REDIS_MEMORY_HIGH": ("redis_memory_high", share),
+    "RUNS_SESSION_MULTITASK": ("runs_session_multitask", choice(MULTITASK)),
+    "RUNS_SESSION_HISTORY": ("runs_session_history", boolean),
+    "RUNS_SESSION_HISTORY_TURNS": ("runs_session_history_turns", integer(1)),
+    "RUNS_CONCURRENCY": ("runs_concurrency", integer(1)),
+    "RUNS_HOLD": ("runs_hold_ms", integer(0)),
+    "RUNS_RESUBMIT": ("runs_resubmit", integer(0)),
+    "RUNS_BACKOFF": ("runs_backoff_ms", integer(1)),
+    "RUNS_BACKOFF_MAX": ("runs_backoff_max_ms", integer(1)),
+    "RUNS_POLL_INTERVAL": ("runs_poll_interval_ms", integer(1)),
+    "RUNS_LEASE": ("runs_lease_ms", integer(300)),
+    "RUNS_EVENT_BLOCK": ("runs_event_block_ms", integer(1)),
+    "RUNS_RETENTION": ("runs_retention_ms", integer(1)),
+    "RUNS_DELTA_RETENTION": ("runs_delta_retention_ms", integer(0)),
+    "RUNS_EVENTS_MAXLEN": ("runs_events_maxlen", integer(1)),
+    "RUNS_PROXY_ENABLED": ("runs_proxy_enabled", boolean),
+    "RUNS_APPROVAL_ALLOW_ALWAYS": ("runs_approval_allow_always", boolean),
+    "SHUTDOWN_GRACE": ("shutdown_grace_ms", integer(0)),
+    "BOARD_ENABLED": ("board_enabled", boolean),
+    "BOARD_URL": ("board_url", optional_url),
+    "BOARD_PLATFORM": ("board_platform", text),
+    "BOARD_SIGNING_SECRET": ("board_signing_secrets", signing_secrets),
+    "BOARD_RETRIES": ("board_retries", integer(1)),
+    "BOARD_TIMEOUT": ("board_timeout_ms", integer(1)),
+    "BOARD_REFRESH_INTERVAL": ("board_refresh_interval_ms", integer(0)),
+    "BOARD_RECONCILE_INTERVAL": ("board_reconcile_interval_ms", integer(1)),
+    "HERMES_TTL": ("hermes_ttl_ms", integer(1)),
     "CALLBACK_ALLOWED_HOSTS": ("callback_allowed_hosts", parse_hosts),
-    "CALLBACK_SIGNING_SECRET": ("callback_signing_secrets", _signing_secrets),
-    "CALLBACK_RETRY_WINDOW": ("callback_retry_window_ms", _integer(1)),
-    "LOG_LEVEL": ("log_level", _choice(LOG_LEVELS)),
-    "LOG_FORMAT": ("log_format", _choice(LOG_FORMATS)),
-    "CONSOLE_ENABLED": ("console_enabled", _boolean),
+    "CALLBACK_SIGNING_SECRET": ("callback_signing_secrets", signing_secrets),
+    "CALLBACK_RETRY_WINDOW": ("callback_retry_window_ms", integer(1)),
+    "LOG_LEVEL": ("log_level", choice(LOG_LEVELS)),
+    "LOG_FORMAT": ("log_format", choice(LOG_FORMATS)),
+    "CONSOLE_ENABLED": ("console_enabled", boolean),
 }
 
 #: What each variable means, one line each: `python -m broker --help` prints it beside the default (the Config

@@ -12,7 +12,8 @@ import orjson
 
 from broker.admission.fair import PRIORITIES, SchedulingRequest
 from broker.callbacks.hosts import CallbackRefused, parse_callback
-from broker.config import MAX_FAIRNESS_WEIGHT, MULTITASK
+from broker.config import MULTITASK
+from broker.config_values import MAX_FAIRNESS_WEIGHT
 from broker.errors import BodyTooLarge, InvalidRequest
 from broker.events import Context, Link, Reporting
 from broker.ids import fingerprint
