@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import AsyncIterator, Sequence
 from typing import cast
 
@@ -18,12 +17,13 @@ from broker.errors import JobNotFound, LeaseLost, StreamConflict
 from broker.events import HermesEventRecorded, JobCreated, JobEvent, JobStatus, RunAccepted
 from broker.logging import get_logger
 from broker.store import bound as bounds
-from broker.store import keys, lean, signals
+from broker.store import keys, lean
 from broker.store.batch import ScriptBatch
 from broker.store.callbacks import CallbackWrite
 from broker.store.connection import is_cluster
 from broker.store.durability import Durability
 from broker.store.entries import Entries, EventFormat
+from broker.store.job_write import entering, index_entry, write_keys
 from broker.store.line_state import read_virtual
 from broker.store.outage import is_outage
 from broker.store.scripts import Scripts, as_strings, ring_work
@@ -231,7 +231,7 @@ class JobStore:
             "retention": str(self._retention_ms),
             "statuses": str(len(JobStatus)),
         }
-        index = _index_entry(keys.partition_of(job_id), view, before, created=expected == "$new")
+        index = index_entry(keys.partition_of(job_id), view, before, created=expected == "$new")
         if index is not None:
             write["index"] = index
         if due_at is not None:
@@ -239,7 +239,7 @@ class JobStore:
         if ring is not None and not self._cluster:
             write["ring"] = ring
         if expected == "$new":
-            write.update(_entering(job_id, view, place, turn, newcomer=newcomer))
+            write.update(entering(job_id, view, place, turn, newcomer=newcomer))
         elif view.status.terminal:
             write["line"] = "leave"
         ends = view.status.terminal and not (before and before.status.terminal)
@@ -283,7 +283,7 @@ class JobStore:
         """append_events.lua's KEYS; with the line, the top zset where the key's count is mirrored (SPEC S4.2);
         with owed callbacks, the job's callback hash and its partition's schedule (SPEC S5.8); with a create's
         `bound`, the partitions' counts it checks (SPEC S4.4)."""
-        script_keys = [*_write_keys(job_id), *([] if self._cluster else [keys.WORK]), *([turn[0]] if turn else [])]
+        script_keys = [*write_keys(job_id), *([] if self._cluster else [keys.WORK]), *([turn[0]] if turn else [])]
         if "line" in write:
             script_keys.append(keys.fair_top(keys.partition_of(job_id)))
             write["top"] = str(len(script_keys))
@@ -385,71 +385,6 @@ class JobStore:
         return Snapshot(view, history[-1][0])
 
 
-@functools.lru_cache(maxsize=4096)
-def _write_keys(job_id: str) -> tuple[str, ...]:
-    """The KEYS of append_events.lua of the job (all in its partition's slot), for the jobs a replica is
-    writing now."""
-    due, *shared = _partition_write_keys(keys.partition_of(job_id))
-    return (keys.events(job_id), keys.view(job_id), keys.lease(job_id), due, keys.board(job_id), *shared)
-
-
-def _entering(
-    job_id: str, view: JobView, place: int | None, turn: tuple[str, list[str | int]] | None, *, newcomer: bool
-) -> dict[str, object]:
-    """The fields of a create's write that put the job in its partition's line (SPEC S4.1, S4.2): the message
-    it publishes says whether it started at the virtual time (`newcomer`, on a cluster; on a single Redis the
-    write picks one of the two as it takes the turn)."""
-    scheduling = view.scheduling
-    band = fair.front(scheduling.priority)
-    start = place if place is not None else fair.score(scheduling.priority, int(turn[1][1]) if turn else 0)
-    at_virtual = signals.newcomer_message(job_id, start, fair.advance(scheduling.fairness_weight))
-    joined = {"channel": keys.SIGNALS, "message": at_virtual if newcomer else signals.joined_message(job_id)}
-    if turn is not None:
-        joined["newcomer"] = at_virtual
-    fields: dict[str, object] = {
-        "line": "enter",
-        "place": str(place if place is not None else band),
-        "fair": {"key": scheduling.fairness_key, "weight": repr(scheduling.fairness_weight)},
-        "arrived": str(view.created_at_ms),
-        "joined": joined,
-    }
-    if turn is not None:
-        key, virtual, step, most = turn[1]
-        fields["turn"] = {"key": key, "v": str(virtual), "advance": str(step), "most": str(most), "band": str(band)}
-    return fields
-
-
-@functools.cache
-def _partition_write_keys(partition: int) -> tuple[str, ...]:
-    return (
-        keys.due(partition),
-        keys.board_outbox(partition),
-        keys.board_due(partition),
-        keys.board_index(partition),
-        keys.line(partition),
-        keys.runs(partition),
-        keys.scratch(partition),
-        keys.fair(partition),
-        keys.arrivals(partition),
-        *(keys.runs_index(partition, status.value) for status in JobStatus),
-        keys.deltas(partition),
-    )
-
-
 def _entries(reply: object) -> list[tuple[str, dict[str, str]]]:
     # redis-py types stream replies loosely; with decode_responses=True they are str pairs.
     return cast(list[tuple[str, dict[str, str]]], reply)
-
-
-def _index_entry(partition: int, view: JobView, before: JobView | None, *, created: bool) -> dict[str, str] | None:
-    """The listing update of a write (SPEC S3.9), or None when the job's place in it does not change."""
-    entry = {"score": str(view.updated_at_ms), "key": keys.runs_index(partition, view.status.value)}
-    if created:
-        return entry
-    if before is None:
-        return {**entry, "sweep": "1"}  # the previous status is unknown: leave every other index
-    if before.status is view.status and before.updated_at_ms == view.updated_at_ms:
-        return None  # e.g. message deltas: nothing a listing orders or filters by changed
-    if before.status is not view.status:
-        entry["from"] = keys.runs_index(partition, before.status.value)
-    return entry
