@@ -1,0 +1,333 @@
+"""The OpenAPI document's schemas (`components.schemas`): request bodies, the job object, events, the error envelope.
+
+Every object lists its `required` fields, so an answer is held to its shape; none forbids extra fields, so a client
+keeps working when a field is added. To add a field to the job object, add it to `JOB_PROPERTIES` (and to
+`JOB_REQUIRED` when every job object has it); a field of the create body goes into `CREATE_PROPERTIES`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.admission.fair import PRIORITIES
+from broker.config import MAX_FAIRNESS_WEIGHT, MULTITASK
+from broker.events import HoldReason, JobStatus
+from broker.http import schemas as limits
+
+Schema = dict[str, Any]
+
+
+def ref(name: str) -> Schema:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def nullable(schema: Schema) -> Schema:
+    """`schema` or null (OpenAPI 3.1 is JSON Schema: no `nullable` keyword)."""
+    if "$ref" in schema:
+        return {"oneOf": [schema, {"type": "null"}]}
+    if "enum" in schema:
+        return {**schema, "type": [schema["type"], "null"], "enum": [*schema["enum"], None]}
+    return {**schema, "type": [schema["type"], "null"]}
+
+
+def obj(properties: dict[str, Schema], required: list[str] | None = None, **extra: Any) -> Schema:
+    schema: Schema = {"type": "object", "properties": properties, **extra}
+    if required:
+        schema["required"] = required
+    return schema
+
+
+SECONDS = {"type": "number", "description": "Epoch seconds (float), as Hermes."}
+URL = {"type": "string", "maxLength": limits.MAX_URL, "description": "An http or https URL without user info."}
+
+MESSAGE = obj(
+    {"role": {"type": "string"}, "content": {"oneOf": [{"type": "string"}, {"type": "array"}]}}, ["role", "content"]
+)
+CONTEXT = obj(
+    {
+        "title": {"type": "string", "minLength": 1, "maxLength": limits.MAX_TITLE},
+        "url": URL,
+        "links": {
+            "type": "array",
+            "maxItems": limits.MAX_LINKS,
+            "items": obj(
+                {"text": {"type": "string", "minLength": 1, "maxLength": limits.MAX_LINK_TEXT}, "url": URL},
+                ["text", "url"],
+            ),
+        },
+    },
+    ["title"],
+    description="Display only (S3.1.2): stored as given, never sent to Hermes.",
+)
+REPORTING_REQUEST = obj(
+    {"board": {"type": "boolean"}, "post": {"type": "boolean"}},
+    description="Reporting visibility (S3.1.3): an omitted flag means true.",
+)
+SCHEDULING_REQUEST = obj(
+    {
+        "priority": {"type": "integer", "minimum": PRIORITIES[0], "maximum": PRIORITIES[-1], "default": 3},
+        "fairness_key": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": limits.MAX_FAIRNESS_KEY,
+            "pattern": "^[!-~]+$",
+        },
+        "fairness_weight": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_FAIRNESS_WEIGHT, "default": 1},
+        "multitask": {"type": "string", "enum": list(MULTITASK)},
+    },
+    description="The job's place in the line (priority, fair share) and what a busy session's new turn does.",
+)
+
+#: The create body. Forwarded to Hermes: input, instructions, conversation_history, previous_response_id,
+#: session_id, model. Kept by the broker: the rest.
+CREATE_PROPERTIES: dict[str, Schema] = {
+    "input": {
+        "oneOf": [
+            {"type": "string", "minLength": 1, "pattern": r"\S"},
+            {"type": "array", "minItems": 1, "items": ref("Message")},
+        ],
+        "description": "The user message, or messages whose last one is the user message.",
+    },
+    "instructions": {"type": "string"},
+    "conversation_history": {"type": "array", "items": ref("Message")},
+    "previous_response_id": {"type": "string"},
+    "session_id": {"type": "string", "minLength": 1, "maxLength": limits.MAX_SESSION_KEY_LENGTH},
+    "model": {"type": "string"},
+    "context": ref("Context"),
+    "reporting": ref("ReportingRequest"),
+    "scheduling": ref("SchedulingRequest"),
+    "session_history": {"type": "boolean", "description": "Send the session's earlier turns as history."},
+}
+CREATE = obj(CREATE_PROPERTIES, ["input"], description="Unknown fields are ignored and not stored.")
+
+HOLD = obj(
+    {
+        "reason": {"type": "string", "enum": [reason.value for reason in HoldReason]},
+        "since": SECONDS,
+        "retry_at": SECONDS,
+        "detail": {"type": "string"},
+    },
+    ["reason", "since", "retry_at", "detail"],
+    description="Why the job waits while Hermes (or its session) does not take it.",
+)
+USAGE = obj(
+    {"input_tokens": {"type": "integer"}, "output_tokens": {"type": "integer"}, "total_tokens": {"type": "integer"}}
+)
+JOB_ERROR = obj(
+    {
+        "code": {
+            "type": "string",
+            "description": "hermes_failed, hermes_rejected, hold_expired, resubmit_exhausted, approval_denied, stopped,"
+            " superseded",
+        },
+        "message": {"type": "string"},
+    },
+    ["code", "message"],
+)
+
+#: The job object (S3.2), a superset of Hermes's run object.
+JOB_PROPERTIES: dict[str, Schema] = {
+    "object": {"type": "string", "const": "hermes.run"},
+    "run_id": {"type": "string", "pattern": "^job_", "description": "The job id."},
+    "status": {"type": "string", "enum": [status.value for status in JobStatus]},
+    "created_at": SECONDS,
+    "updated_at": SECONDS,
+    "session_id": nullable({"type": "string"}),
+    "model": {"type": "string"},
+    "last_event": nullable({"type": "string"}),
+    "attempts": {"type": "integer", "minimum": 0, "description": "Hermes runs of the job."},
+    "hermes_run_id": nullable({"type": "string"}),
+    "hold": nullable(ref("Hold")),
+    "output": nullable({"type": "string"}),
+    "usage": nullable(ref("Usage")),
+    "error": nullable(ref("JobError")),
+    "context": ref("Context"),
+    "reporting": obj({"board": {"type": "boolean"}, "post": {"type": "boolean"}}, ["board", "post"]),
+    "scheduling": obj(
+        {
+            "priority": {"type": "integer"},
+            "fairness_key": {"type": "string"},
+            "fairness_weight": {"type": "number"},
+            "multitask": {"type": "string", "enum": list(MULTITASK)},
+        },
+        ["priority", "fairness_key", "fairness_weight", "multitask"],
+    ),
+    "upstream": nullable({"type": "string", "description": "The Hermes deployment of the current or last attempt."}),
+    "dropped_deltas": {"type": "integer", "description": "message.delta events not stored (RUNS_EVENTS_MAXLEN)."},
+}
+JOB_REQUIRED = [
+    "object",
+    "run_id",
+    "status",
+    "created_at",
+    "updated_at",
+    "session_id",
+    "model",
+    "last_event",
+    "attempts",
+    "hermes_run_id",
+    "hold",
+    "output",
+    "usage",
+    "error",
+    "reporting",
+    "scheduling",
+    "upstream",
+]
+JOB = obj(JOB_PROPERTIES, JOB_REQUIRED)
+CREATED = {
+    "allOf": [
+        ref("Job"),
+        obj(
+            {"replayed": {"type": "boolean", "description": "True when an Idempotency-Key replayed a job."}},
+            ["replayed"],
+        ),
+    ]
+}
+JOB_LIST = obj(
+    {
+        "object": {"type": "string", "const": "list"},
+        "data": {"type": "array", "items": ref("Job")},
+        "next_cursor": nullable({"type": "string"}),
+    },
+    ["object", "data", "next_cursor"],
+)
+STOPPED = obj(
+    {"run_id": {"type": "string"}, "status": {"type": "string", "enum": [status.value for status in JobStatus]}},
+    ["run_id", "status"],
+)
+APPROVAL = obj(
+    {
+        "choice": {
+            "type": "string",
+            "description": "once, session, always, deny (case-insensitive); approve, approved and allow mean once.",
+        },
+        "all": {"description": 'Resolve every pending prompt (true, or "true", "1", "yes", "on").'},
+    },
+    ["choice"],
+)
+APPROVAL_ANSWER = obj(
+    {
+        "object": {"type": "string", "const": "hermes.run.approval_response"},
+        "run_id": {"type": "string"},
+        "choice": {"type": "string"},
+        "resolved": {"type": "integer"},
+    },
+    ["run_id"],
+    description="Hermes's answer, relayed with run_id rewritten to the job id.",
+)
+EVENT = obj(
+    {
+        "event": {
+            "type": "string",
+            "description": "Hermes's events (message.delta, tool.started, tool.completed, reasoning.available,"
+            " approval.request, approval.responded, run.completed, run.failed, run.cancelled, and any a newer Hermes"
+            " adds) and the broker's (job.queued, job.held, job.accepted, job.interrupted, job.resubmitted,"
+            " job.stop_requested, job.rerouted).",
+        },
+        "run_id": {"type": "string", "description": "The job id."},
+        "timestamp": SECONDS,
+        "hermes_run_id": {"type": "string"},
+        "attempt": {"type": "integer"},
+    },
+    ["event", "run_id", "timestamp"],
+    description="The JSON of one `data:` line of the event stream; its frame's `id:` is the event's position.",
+)
+HEALTH = obj({"status": {"type": "string", "const": "ok"}}, ["status"])
+UPSTREAM = obj(
+    {
+        "name": {"type": "string"},
+        "live": {"type": "integer"},
+        "limit": {"type": "integer"},
+        "learnt": {"type": "boolean"},
+        "refusing": {"type": "boolean"},
+        "reason": nullable({"type": "string"}),
+        "detail": nullable({"type": "string"}),
+        "retry_at": nullable(SECONDS),
+        "lost": {"type": "boolean"},
+        "unreachable_since": nullable(SECONDS),
+    },
+    ["name", "live", "limit", "learnt", "refusing", "reason", "detail", "retry_at", "lost", "unreachable_since"],
+)
+ADMISSION = obj(
+    {
+        "live": {"type": "integer"},
+        "limit": {"type": "integer"},
+        "learnt": {"type": "boolean"},
+        "refusing": {"type": "boolean"},
+        "reason": nullable({"type": "string"}),
+        "detail": nullable({"type": "string"}),
+        "retry_at": nullable(SECONDS),
+        "line": {"type": "integer", "description": "Jobs waiting in the admission line."},
+        "oldest_wait_ms": nullable({"type": "integer"}),
+        "probes": {"type": "integer"},
+        "refused": {"type": "integer"},
+        "waiting_by_priority": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "waiting_ahead": {"type": "integer"},
+        "session_waiting": {"type": "integer"},
+        "top_keys": {
+            "type": "array",
+            "items": obj(
+                {"key": {"type": "string"}, "waiting": {"type": "integer"}, "weight": {"type": "number"}},
+                ["key", "waiting", "weight"],
+            ),
+        },
+        "upstreams": {"type": "array", "items": ref("Upstream")},
+    },
+    ["live", "limit", "learnt", "refusing", "line", "upstreams"],
+)
+READY = obj(
+    {
+        "status": {"type": "string", "enum": ["ready", "not_ready"]},
+        "redis": {"type": "boolean"},
+        "draining": {"type": "boolean"},
+        "hermes_answered": nullable({"type": "number"}),
+        "reason": {"type": "string", "description": "Why the replica is not ready."},
+        "queue_depth": {"type": "integer"},
+        "oldest_queued_age_ms": nullable({"type": "integer"}),
+        "scheduled_jobs": {"type": "integer"},
+        "admission": ref("Admission"),
+        "cluster": {"type": "object", "description": "The Redis Cluster's state (REDIS_CLUSTER=true)."},
+    },
+    ["status", "redis", "draining"],
+)
+ERROR = obj(
+    {
+        "error": obj(
+            {
+                "message": {"type": "string"},
+                "type": {"type": "string", "description": "invalid_request_error, or server_error for a 5xx."},
+                "param": nullable({"type": "string", "description": "The offending field, header or parameter."}),
+                "code": nullable(
+                    {"type": "string", "description": "One of the error codes listed in `x-error-codes`."}
+                ),
+            },
+            ["message", "type", "param", "code"],
+        )
+    },
+    ["error"],
+    description="The Hermes error envelope: every error answer, whatever the route and the input.",
+)
+
+SCHEMAS: dict[str, Schema] = {
+    "CreateRun": CREATE,
+    "Message": MESSAGE,
+    "Context": CONTEXT,
+    "ReportingRequest": REPORTING_REQUEST,
+    "SchedulingRequest": SCHEDULING_REQUEST,
+    "Job": JOB,
+    "CreatedJob": CREATED,
+    "JobList": JOB_LIST,
+    "Hold": HOLD,
+    "Usage": USAGE,
+    "JobError": JOB_ERROR,
+    "Stopped": STOPPED,
+    "Approval": APPROVAL,
+    "ApprovalAnswer": APPROVAL_ANSWER,
+    "Event": EVENT,
+    "Health": HEALTH,
+    "Ready": READY,
+    "Admission": ADMISSION,
+    "Upstream": UPSTREAM,
+    "Error": ERROR,
+}

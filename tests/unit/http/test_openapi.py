@@ -1,0 +1,164 @@
+"""The OpenAPI document (SPEC S3.8) is valid OpenAPI 3.1 and one truth with the code: the app's routes, the error
+codes the code answers, and the README's route table."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from openapi_spec_validator import validate
+
+from broker.app import create_app
+from broker.config import Config
+from broker.http.openapi import ERROR_CODES, PROTOCOL_CODES, document
+
+ROOT = Path(__file__).resolve().parents[3]
+#: Where the broker answers errors (the simulator and the Hermes client speak Hermes's codes, not the broker's).
+ANSWERING = ["broker/errors.py", "broker/http", "broker/jobs", "broker/console", "broker/admission"]
+#: Codes the broker relays from Hermes without raising them itself.
+RELAYED = {"approval_not_pending"}
+#: Registered only so that every method answers 404 there (a route Hermes removed): not part of the API.
+UNDOCUMENTED = {("*", "/v1/runs/reviews")}
+METHODS = ("get", "post", "put", "patch", "delete")
+
+
+def test_the_document_is_valid_openapi_3_1() -> None:
+    validate(document())  # type: ignore[arg-type]
+    assert document()["openapi"].startswith("3.1")
+
+
+def test_every_route_of_the_app_is_documented_and_every_documented_route_is_served() -> None:
+    app = create_app(Config(redis_url="redis://127.0.0.1:1/0"), drive=False)
+    served = {
+        (route.method, _template(route.resource.canonical))
+        for route in app.router.routes()
+        if route.resource is not None and route.method != "HEAD"
+    } - UNDOCUMENTED
+    documented = {(method.upper(), _template(path)) for path, item in document()["paths"].items() for method in item}
+    assert served == documented
+
+
+def test_every_error_code_the_code_answers_is_documented() -> None:
+    answered = set().union(*(_codes_in(path) for folder in ANSWERING for path in _modules(folder)))
+    assert answered, "found no error codes: the scan is broken"
+    assert answered - ERROR_CODES.keys() == set()
+    assert ERROR_CODES.keys() - answered - RELAYED == set(), "documented codes that nothing answers"
+
+
+def test_every_documented_code_is_answered_by_some_operation_with_its_status() -> None:
+    named = set()
+    for item in document()["paths"].values():
+        for operation in item.values():
+            for status, answer in operation["responses"].items():
+                for code in _enum(answer):
+                    assert ERROR_CODES[code][0] == int(status), code
+                    named.add(code)
+    # the rest are answered by no operation of its own: unknown paths, wrong methods, the last guard
+    assert ERROR_CODES.keys() - named == {"method_not_allowed", "internal_error", "unsupported_media_type"}
+
+
+def test_the_readme_route_table_names_the_documented_routes_and_their_codes() -> None:
+    rows = _readme_routes()
+    documented = {
+        (method.upper(), _template(path)): operation
+        for path, item in document()["paths"].items()
+        for method, operation in item.items()
+    }
+    assert {route for routes, _ in rows for route in routes} == set(documented)
+    for routes, answer in rows:
+        listed = set(re.findall(r"(\d{3}) `([a-z_]+)`", answer)) | _listed_after_status(answer)
+        for route in routes:
+            codes = {(status, code) for status, a in documented[route]["responses"].items() for code in _enum(a)}
+            assert listed - codes == set(), f"{route}: the README names codes the document does not"
+            # what a caller of this route must handle; the codes every route shares are listed above the table
+            shared = {*PROTOCOL_CODES, "not_found", "cross_site_request", "bad_gateway", "unavailable", "busy"}
+            own = {(status, code) for status, code in codes if code not in shared}
+            assert own - listed == set(), f"{route}: the README leaves out codes the document lists"
+
+
+def _template(path: str) -> str:
+    return re.sub(r"\{[^}]+\}", "{}", path)
+
+
+def _enum(answer: dict[str, object]) -> list[str]:
+    schema = answer.get("content", {}).get("application/json", {}).get("schema", {})  # type: ignore[attr-defined]
+    for part in schema.get("allOf", []):
+        enum = part.get("properties", {}).get("error", {}).get("properties", {}).get("code", {}).get("enum")
+        if enum:
+            return list(enum)
+    return []
+
+
+def _modules(folder: str) -> list[Path]:
+    path = ROOT / folder
+    return [path] if path.is_file() else sorted(path.rglob("*.py"))
+
+
+def _codes_in(path: Path) -> set[str]:
+    """Error codes a module answers: `code = "..."` on an error class, the code of `InvalidRequest(...)` and
+    `Conflict(...)`, any `code="..."` argument, the values of `_HTTP_CODES`, and the `(status, code, ...)` tuples
+    the protocol answers return."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ClassDef):
+            found.update(_class_code(node))
+        elif isinstance(node, ast.Call):
+            found.update(_call_code(node))
+        elif isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "_HTTP_CODES" for t in node.targets):
+            found.update(_strings(*node.value.values) if isinstance(node.value, ast.Dict) else set())
+        elif isinstance(node, ast.Return) and isinstance(node.value, ast.Tuple) and len(node.value.elts) == 3:
+            status, code, _ = node.value.elts
+            if isinstance(status, ast.Constant) and isinstance(status.value, int):
+                found.update(_strings(code))
+    return found
+
+
+def _class_code(node: ast.ClassDef) -> set[str]:
+    found: set[str] = set()
+    for statement in node.body:
+        if isinstance(statement, ast.Assign) and any(getattr(t, "id", "") == "code" for t in statement.targets):
+            found.update(_strings(statement.value))
+        elif isinstance(statement, ast.AnnAssign) and getattr(statement.target, "id", "") == "code":
+            found.update(_strings(statement.value))
+    return found
+
+
+def _call_code(node: ast.Call) -> set[str]:
+    name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+    found = _strings(node.args[0]) if name in ("InvalidRequest", "Conflict") and node.args else set()
+    return found | {code for k in node.keywords if k.arg == "code" for code in _strings(k.value)}
+
+
+def _strings(*nodes: ast.expr | None) -> set[str]:
+    return {n.value for n in nodes if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+
+
+def _readme_routes() -> list[tuple[list[tuple[str, str]], str]]:
+    """The rows of the README's route table: the routes of the first cell, the text of the second."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("\n## Routes\n", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        if not line.startswith("| `"):
+            continue
+        first, answer = line[2:].split(" | ", 1)
+        routes, method = [], ""
+        for cell in re.findall(r"`([^`]+)`", first):
+            parts = cell.split(" ", 1)
+            if len(parts) == 2:
+                method, path = parts
+            else:
+                path = parts[0]
+            routes.append((method, _template(path)))
+        rows.append((routes, answer))
+    assert rows, "no route table under ## Routes"
+    return rows
+
+
+def _listed_after_status(answer: str) -> set[tuple[str, str]]:
+    """`400 `a`, `b`, `c`` lists: each code after a status, up to the next text that is not a code."""
+    listed = set()
+    for status, codes in re.findall(r"(\d{3}) ((?:`[a-z_]+`(?:, )?)+)", answer):
+        listed.update((status, code) for code in re.findall(r"`([a-z_]+)`", codes))
+    return listed
