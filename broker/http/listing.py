@@ -56,7 +56,8 @@ def encode_cursor(position: Position) -> str:
 
 
 def decode_cursor(raw: str | None) -> Position | None:
-    if raw is None:
+    """The position after which a page starts; None (the first page) for no cursor or an empty one."""
+    if not raw:
         return None
     try:
         text = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode("ascii")

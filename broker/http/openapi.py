@@ -14,6 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
+from broker.events import JobStatus
 from broker.http import openapi_schemas as s
 from broker.http.listing import MAX_LIMIT
 from broker.http.render import json_response
@@ -21,6 +22,8 @@ from broker.http.schemas import MAX_KEY_LENGTH, MAX_SESSION_KEY_LENGTH
 from broker.http.sse import EVENT_ID
 
 Schema = dict[str, Any]
+
+_STATUSES = "|".join(status.value for status in JobStatus)
 
 #: Every code of the error envelope: code -> (HTTP status, when it is answered).
 ERROR_CODES: dict[str, tuple[int, str]] = {
@@ -68,9 +71,19 @@ OUTAGE_CODES = ("unavailable",)
 CHANGE_CODES = ("cross_site_request", "unavailable", "busy")
 RUN_ID = {"name": "run_id", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
 LISTING = [
-    {"name": "status", "in": "query", "schema": {"type": "string"}, "description": "Statuses, comma-separated."},
+    {
+        "name": "status",
+        "in": "query",
+        "schema": {"type": "string", "pattern": f"^({_STATUSES})(,({_STATUSES}))*$"},
+        "description": "Statuses, comma-separated (default: all).",
+    },
     {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": 50}},
-    {"name": "cursor", "in": "query", "schema": {"type": "string"}, "description": "The previous page's next_cursor."},
+    {
+        "name": "cursor",
+        "in": "query",
+        "schema": {"type": "string"},
+        "description": "The previous page's next_cursor (empty: the first page).",
+    },
 ]
 RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait.", "schema": {"type": "integer"}}}
 
@@ -139,7 +152,10 @@ def _runs() -> dict[str, Schema]:
                     "Idempotency-Key",
                     {"type": "string", "minLength": 1, "maxLength": MAX_KEY_LENGTH, "pattern": "^[!-~]+$"},
                 ),
-                _header("X-Hermes-Session-Key", {"type": "string", "maxLength": MAX_SESSION_KEY_LENGTH}),
+                _header(
+                    "X-Hermes-Session-Key",
+                    {"type": "string", "maxLength": MAX_SESSION_KEY_LENGTH, "pattern": "^[^\\x00-\\x1f\\x7f-\\x9f]*$"},
+                ),
             ],
             requestBody={"required": True, "content": _json(s.ref("CreateRun"))},
         ),
@@ -168,7 +184,22 @@ def _events() -> dict[str, Schema]:
     stream = {
         "description": "Server-sent events: frames of an `id:` line and a `data:` line holding an `Event`, no `event:`"
         " line; `: keepalive` comments while quiet; one terminal event, then `: stream closed`.",
-        "content": {"text/event-stream": {"schema": {"type": "string"}, "x-event": s.ref("Event")}},
+        # each event of the stream (OpenAPI 3.1 reads an event stream's `schema` as one event's)
+        "content": {
+            "text/event-stream": {
+                "schema": s.obj(
+                    {
+                        "id": event_id,
+                        "data": {
+                            "type": "string",
+                            "contentMediaType": "application/json",
+                            "contentSchema": s.ref("Event"),
+                        },
+                    },
+                    ["id", "data"],
+                )
+            }
+        },
     }
     return {
         "get": _operation(

@@ -13,6 +13,7 @@ from broker.admission.fair import PRIORITIES
 from broker.config import MAX_FAIRNESS_WEIGHT, MULTITASK
 from broker.events import HoldReason, JobStatus
 from broker.http import schemas as limits
+from broker.http.schemas import APPROVAL_CHOICES
 
 Schema = dict[str, Any]
 
@@ -38,20 +39,42 @@ def obj(properties: dict[str, Schema], required: list[str] | None = None, **extr
 
 
 SECONDS = {"type": "number", "description": "Epoch seconds (float), as Hermes."}
-URL = {"type": "string", "maxLength": limits.MAX_URL, "description": "An http or https URL without user info."}
+#: Not blank: a character that neither JSON Schema's `\s` nor Python's str.strip() counts as white space.
+NOT_BLANK = r"[^\s\x1c-\x1f\x85]"
+URL = {
+    "type": "string",
+    "maxLength": limits.MAX_URL,
+    "pattern": r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?([/?#].*)?$",
+    "description": "An http or https URL with a host and without user info.",
+}
 
 MESSAGE = obj(
     {"role": {"type": "string"}, "content": {"oneOf": [{"type": "string"}, {"type": "array"}]}}, ["role", "content"]
 )
+#: A message whose content has text: what the last message of an array `input` must be.
+USER_MESSAGE = obj(
+    {
+        "content": {
+            "oneOf": [
+                {"type": "string", "pattern": NOT_BLANK},
+                {"type": "array", "contains": obj({"text": {"type": "string", "pattern": NOT_BLANK}}, ["text"])},
+            ]
+        }
+    },
+    ["content"],
+)
 CONTEXT = obj(
     {
-        "title": {"type": "string", "minLength": 1, "maxLength": limits.MAX_TITLE},
+        "title": {"type": "string", "minLength": 1, "maxLength": limits.MAX_TITLE, "pattern": NOT_BLANK},
         "url": URL,
         "links": {
             "type": "array",
             "maxItems": limits.MAX_LINKS,
             "items": obj(
-                {"text": {"type": "string", "minLength": 1, "maxLength": limits.MAX_LINK_TEXT}, "url": URL},
+                {
+                    "text": {"type": "string", "minLength": 1, "maxLength": limits.MAX_LINK_TEXT, "pattern": NOT_BLANK},
+                    "url": URL,
+                },
                 ["text", "url"],
             ),
         },
@@ -83,22 +106,39 @@ SCHEDULING_REQUEST = obj(
 CREATE_PROPERTIES: dict[str, Schema] = {
     "input": {
         "oneOf": [
-            {"type": "string", "minLength": 1, "pattern": r"\S"},
-            {"type": "array", "minItems": 1, "items": ref("Message")},
+            {"type": "string", "minLength": 1, "pattern": NOT_BLANK},
+            {"type": "array", "minItems": 1, "items": {"allOf": [ref("Message"), ref("UserMessage")]}},
         ],
-        "description": "The user message, or messages whose last one is the user message.",
+        "description": "The user message, or messages whose last one is the user message. Its content must have"
+        " text; the earlier messages' content is not checked.",
     },
-    "instructions": {"type": "string"},
-    "conversation_history": {"type": "array", "items": ref("Message")},
-    "previous_response_id": {"type": "string"},
-    "session_id": {"type": "string", "minLength": 1, "maxLength": limits.MAX_SESSION_KEY_LENGTH},
-    "model": {"type": "string"},
+    # null counts as absent for the forwarded fields and session_history
+    "instructions": nullable({"type": "string"}),
+    "conversation_history": nullable({"type": "array", "items": ref("Message")}),
+    "previous_response_id": nullable({"type": "string"}),
+    "session_id": nullable({"type": "string", "minLength": 1, "maxLength": limits.MAX_SESSION_KEY_LENGTH}),
+    "model": nullable({"type": "string"}),
     "context": ref("Context"),
     "reporting": ref("ReportingRequest"),
     "scheduling": ref("SchedulingRequest"),
-    "session_history": {"type": "boolean", "description": "Send the session's earlier turns as history."},
+    "session_history": nullable({"type": "boolean", "description": "Send the session's earlier turns as history."}),
 }
-CREATE = obj(CREATE_PROPERTIES, ["input"], description="Unknown fields are ignored and not stored.")
+CREATE = obj(
+    CREATE_PROPERTIES,
+    ["input"],
+    description="Unknown fields are ignored and not stored.",
+    # session_history needs a session, a turn that waits its turn, and no history of the caller's own
+    dependentSchemas={
+        "session_history": {
+            "if": {"properties": {"session_history": {"const": True}}},
+            "then": {
+                "required": ["session_id"],
+                "not": {"anyOf": [{"required": ["conversation_history"]}, {"required": ["previous_response_id"]}]},
+                "properties": {"scheduling": {"properties": {"multitask": {"const": "enqueue"}}}},
+            },
+        }
+    },
+)
 
 HOLD = obj(
     {
@@ -200,7 +240,9 @@ APPROVAL = obj(
     {
         "choice": {
             "type": "string",
-            "description": "once, session, always, deny (case-insensitive); approve, approved and allow mean once.",
+            "enum": list(APPROVAL_CHOICES),
+            "description": "Case-insensitive; approve, approved and allow mean once. `always` only with"
+            " RUNS_APPROVAL_ALLOW_ALWAYS.",
         },
         "all": {"description": 'Resolve every pending prompt (true, or "true", "1", "yes", "on").'},
     },
@@ -281,7 +323,7 @@ READY = obj(
         "status": {"type": "string", "enum": ["ready", "not_ready"]},
         "redis": {"type": "boolean"},
         "draining": {"type": "boolean"},
-        "hermes_answered": nullable({"type": "number"}),
+        "hermes_answered": nullable({"type": "boolean", "description": "Whether Hermes answered the last call."}),
         "reason": {"type": "string", "description": "Why the replica is not ready."},
         "queue_depth": {"type": "integer"},
         "oldest_queued_age_ms": nullable({"type": "integer"}),
@@ -312,6 +354,7 @@ ERROR = obj(
 SCHEMAS: dict[str, Schema] = {
     "CreateRun": CREATE,
     "Message": MESSAGE,
+    "UserMessage": USER_MESSAGE,
     "Context": CONTEXT,
     "ReportingRequest": REPORTING_REQUEST,
     "SchedulingRequest": SCHEDULING_REQUEST,

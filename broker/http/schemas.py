@@ -295,6 +295,7 @@ _CHOICES = {
     "allow": "once",
 }
 _TRUE = ("true", "1", "yes", "on")
+APPROVAL_CHOICES = tuple(_CHOICES)  #: what `choice` may be (case-insensitive)
 
 
 def parse_approval(raw: bytes, *, allow_always: bool) -> ApprovalChoice:
