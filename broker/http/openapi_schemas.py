@@ -44,7 +44,8 @@ NOT_BLANK = r"[^\s\x1c-\x1f\x85]"
 URL = {
     "type": "string",
     "maxLength": limits.MAX_URL,
-    "pattern": r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?([/?#].*)?$",
+    # the scheme (any case), a host (RFC 3986: anything up to the port, path, query or fragment), no user info
+    "pattern": r"^[hH][tT][tT][pP][sS]?://[^/?#@:\x00-\x20\x7f][^/?#@\x00-\x20\x7f]*([/?#][^\x00-\x20\x7f]*)?$",
     "description": "An http or https URL with a host and without user info.",
 }
 

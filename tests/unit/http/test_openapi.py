@@ -7,11 +7,17 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from openapi_spec_validator import validate
 
 from broker.app import create_app
 from broker.config import Config
+from broker.errors import InvalidRequest
 from broker.http.openapi import ERROR_CODES, PROTOCOL_CODES, document
+from broker.http.openapi_schemas import URL
+from broker.http.schemas import parse_context
 
 ROOT = Path(__file__).resolve().parents[3]
 #: Where the broker answers errors (the simulator and the Hermes client speak Hermes's codes, not the broker's).
@@ -162,3 +168,23 @@ def _listed_after_status(answer: str) -> set[tuple[str, str]]:
     for status, codes in re.findall(r"(\d{3}) ((?:`[a-z_]+`(?:, )?)+)", answer):
         listed.update((status, code) for code in re.findall(r"`([a-z_]+)`", codes))
     return listed
+
+
+URL_LIKE = st.text(alphabet="hHtTpPsS:/.@#?[]%-_*aZ09 \t\n\x00\x7f\u00aa\u3000\uff0f", max_size=12)
+
+
+@settings(max_examples=2_000)
+@given(st.sampled_from(["http://", "https://", "HTTP://", " http://", ""]).flatmap(lambda s: URL_LIKE.map(s.__add__)))
+def test_every_url_a_create_takes_matches_the_documents_url_pattern(url: str) -> None:
+    try:
+        parse_context({"title": "t", "url": url})
+    except InvalidRequest:
+        return
+    assert re.search(URL["pattern"], url), url
+
+
+@pytest.mark.parametrize("url", [" http://h/", "http://h\t/", "ht\ntp://h/", "http://h/a b", "http://h/\x7f"])
+def test_urls_with_spaces_or_control_characters_are_refused(url: str) -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        parse_context({"title": "t", "url": url})
+    assert refused.value.code == "invalid_context"
