@@ -56,8 +56,7 @@ def encode_cursor(position: Position) -> str:
 
 
 def decode_cursor(raw: str | None) -> Position | None:
-    """The position after which a page starts; None (the first page) for no cursor or an empty one."""
-    if not raw:
+    if raw is None:
         return None
     try:
         text = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode("ascii")

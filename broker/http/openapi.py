@@ -81,8 +81,8 @@ LISTING = [
     {
         "name": "cursor",
         "in": "query",
-        "schema": {"type": "string"},
-        "description": "The previous page's next_cursor (empty: the first page).",
+        "schema": {"type": "string", "minLength": 1},
+        "description": "The previous page's next_cursor.",
     },
 ]
 RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait.", "schema": {"type": "integer"}}}
