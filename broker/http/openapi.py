@@ -181,6 +181,7 @@ def _run() -> dict[str, Schema]:
 
 def _events() -> dict[str, Schema]:
     event_id = {"type": "string", "pattern": f"^{EVENT_ID.pattern}$"}
+    resume = {"type": "string", "pattern": f"^({EVENT_ID.pattern})?$"}  # empty counts as absent
     stream = {
         "description": "Server-sent events: frames of an `id:` line and a `data:` line holding an `Event`, no `event:`"
         " line; `: keepalive` comments while quiet; one terminal event, then `: stream closed`.",
@@ -208,8 +209,8 @@ def _events() -> dict[str, Schema]:
             {"200": stream, **_errors("invalid_last_event_id", "run_not_found", "not_found", *OUTAGE_CODES)},
             parameters=[
                 RUN_ID,
-                {"name": "after", "in": "query", "schema": event_id, "description": "Resume strictly after this id."},
-                _header("Last-Event-ID", event_id) | {"description": "Wins over `after`; empty counts as absent."},
+                {"name": "after", "in": "query", "schema": resume, "description": "Resume strictly after this id."},
+                _header("Last-Event-ID", resume) | {"description": "Wins over `after`; empty counts as absent."},
             ],
         )
     }
