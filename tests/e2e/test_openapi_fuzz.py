@@ -37,6 +37,7 @@ CHECKS = [
     negative_data_rejection,  # a request that breaks the document is refused
 ]
 API_KEY = "fuzz-key-0123456789abcdef"
+FUZZ_TIMEOUT_S = 120  #: each fuzzing test takes 5-15 s on a quiet machine
 REQUEST_TIMEOUT_S = 10.0  #: an event stream of a job that is not over would run on: every fuzzed job ends quickly
 FUZZ = settings(
     max_examples=100,
@@ -87,12 +88,14 @@ def broker_schema(fuzzed_broker: BrokerProcess) -> Any:
 schema = schemathesis.pytest.from_fixture("broker_schema")
 
 
+@pytest.mark.timeout(FUZZ_TIMEOUT_S)
 @schema.parametrize()
 @FUZZ
 def test_every_answer_conforms_to_the_document(case: schemathesis.Case) -> None:
     case.call_and_validate(checks=CHECKS, timeout=REQUEST_TIMEOUT_S)
 
 
+@pytest.mark.timeout(FUZZ_TIMEOUT_S)
 def test_linked_operations_conform_to_the_document(broker_schema: Any) -> None:
     """Chains along the links: a created job is read, streamed, stopped and approved."""
 
