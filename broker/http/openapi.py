@@ -220,7 +220,7 @@ def _stop() -> dict[str, Schema]:
     stopped = _ok(
         "The job's status after the stop: `cancelled` at once when no Hermes run is live, else `stopping`.",
         s.ref("Stopped"),
-        links={"getRun": {"operationId": "getRun", "parameters": {"run_id": "$response.body#/run_id"}}},
+        links=_links("getRun", "streamEvents", "approveRun"),
     )
     return {
         "post": _operation(
@@ -241,7 +241,7 @@ def _approval() -> dict[str, Schema]:
         "post": _operation(
             "approveRun",
             "Answer the job's pending approval (relayed to its live Hermes run); `deny` stops the job",
-            {**_ok("Hermes's answer.", s.ref("ApprovalAnswer")), **_errors(*codes)},
+            {**_ok("Hermes's answer.", s.ref("ApprovalAnswer"), links=_links("getRun", "stopRun")), **_errors(*codes)},
             parameters=[RUN_ID],
             requestBody={"required": True, "content": _json(s.ref("Approval"))},
         )
