@@ -3,8 +3,8 @@ and every error code of the envelope.
 
 The document is data built here (the schemas are in `openapi_schemas.py`). Tests hold it to the code: every route
 the app registers is documented and every documented route is registered, every error code the code can answer is
-in `ERROR_CODES`, the README's route table names only documented routes and codes, and a schema-driven fuzzer checks
-every answer of a running broker against it.
+in `broker.errors.ERROR_CODES`, the README's route table names only documented routes and codes, and a
+schema-driven fuzzer checks every answer of a running broker against it.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
+from broker.errors import ERROR_CODES
 from broker.events import JobStatus
 from broker.http import openapi_schemas as s
 from broker.http.listing import MAX_LIMIT
@@ -24,46 +25,6 @@ from broker.http.sse import EVENT_ID
 Schema = dict[str, Any]
 
 _STATUSES = "|".join(status.value for status in JobStatus)
-
-#: Every code of the error envelope: code -> (HTTP status, when it is answered).
-ERROR_CODES: dict[str, tuple[int, str]] = {
-    "invalid_json": (400, "The body is not JSON, or not a JSON object."),
-    "missing_input": (400, "`input` is absent, null, empty, whitespace-only or []."),
-    "invalid_input": (
-        400,
-        "`input` has another wrong shape (a number, an object, a message without role or content,"
-        " an empty last message).",
-    ),
-    "invalid_field": (400, "A field or query parameter has the wrong type or value; `param` names it."),
-    "invalid_context": (400, "`context` breaks a rule of S3.1.2; the message names the path."),
-    "invalid_reporting": (400, "`reporting` is not an object of booleans."),
-    "invalid_scheduling": (400, "`scheduling` breaks a rule of S4.2; the message names the path."),
-    "invalid_idempotency_key": (400, "Idempotency-Key is not 1-255 visible ASCII characters."),
-    "invalid_session_key": (400, "X-Hermes-Session-Key is over 256 characters, not UTF-8 or has control characters."),
-    "invalid_last_event_id": (400, "Last-Event-ID or `after` is not an event id (`<ms>-<seq>`)."),
-    "invalid_approval_choice": (400, "`choice` is not once, session, always or deny (or an alias)."),
-    "approval_choice_not_allowed": (400, "`always` while RUNS_APPROVAL_ALLOW_ALWAYS is off."),
-    "bad_request": (400, "The request is not HTTP the server can parse."),
-    "cross_site_request": (403, "A browser marked a create, stop or approval as cross-site."),
-    "run_not_found": (404, "No job (and, with RUNS_PROXY_ENABLED, no Hermes run) has this id."),
-    "not_found": (404, "No route has this path."),
-    "method_not_allowed": (405, "The route does not take this method; `Allow` lists those it takes."),
-    "idempotency_key_conflict": (409, "The Idempotency-Key was used with another input or instructions."),
-    "session_busy": (409, "multitask `reject` and an earlier turn of the session is queued or live."),
-    "approval_not_active": (409, "The job has no live Hermes run to approve."),
-    "approval_not_pending": (409, "Hermes's answer: the run waits for no approval."),
-    "body_too_large": (413, "The body is over 10 MB, or the execution body over HERMES_MAX_BODY."),
-    "uri_too_long": (414, "The request line is over 8190 bytes."),
-    "unsupported_media_type": (415, "The body's Content-Type is not one the route reads."),
-    "header_too_large": (431, "A header field is over 8190 bytes, or there are more than 128."),
-    "internal_error": (500, "A bug: the broker failed to answer (logged with its traceback)."),
-    "bad_gateway": (502, "A proxied Hermes run's answer was not JSON."),
-    "unavailable": (
-        503,
-        "Redis (or Hermes, for a proxied run or an approval) did not answer; retry after Retry-After.",
-    ),
-    "busy": (503, "The job kept changing under the request; retry after Retry-After."),
-}
 
 #: Codes any route may answer: the request could not be parsed as HTTP, or its line or headers are too long.
 PROTOCOL_CODES = ("bad_request", "uri_too_long", "header_too_large")

@@ -14,8 +14,8 @@ from openapi_spec_validator import validate
 
 from broker.app import create_app
 from broker.config import Config
-from broker.errors import InvalidRequest
-from broker.http.openapi import ERROR_CODES, PROTOCOL_CODES, document
+from broker.errors import ERROR_CODES, InvalidRequest
+from broker.http.openapi import PROTOCOL_CODES, document
 from broker.http.openapi_schemas import URL
 from broker.http.schemas import parse_context
 
