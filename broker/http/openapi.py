@@ -195,7 +195,8 @@ def _stop() -> dict[str, Schema]:
 
 def _approval() -> dict[str, Schema]:
     codes = (
-        "invalid_json", "invalid_approval_choice", "approval_choice_not_allowed", "run_not_found", "not_found",
+        "invalid_json", "invalid_approval_choice", "approval_choice_not_allowed", "body_too_large", "run_not_found",
+        "not_found",
         "approval_not_active", "approval_not_pending", "bad_gateway", *CHANGE_CODES,
     )  # fmt: skip
     return {

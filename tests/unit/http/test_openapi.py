@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from openapi_spec_validator import validate
 
+from broker import errors
 from broker.app import create_app
 from broker.config import Config
 from broker.errors import ERROR_CODES, InvalidRequest
@@ -26,6 +27,9 @@ ANSWERING = ["broker/errors.py", "broker/http", "broker/jobs", "broker/console",
 RELAYED = {"approval_not_pending"}
 #: Registered only so that every method answers 404 there (a route Hermes removed): not part of the API.
 UNDOCUMENTED = {("*", "/v1/runs/reviews")}
+#: Codes every route (or every route with a body, or that changes a job) may answer: the README lists them above
+#: its route table, not in each row.
+SHARED = {*PROTOCOL_CODES, "not_found", "cross_site_request", "body_too_large", "bad_gateway", "unavailable", "busy"}
 METHODS = ("get", "post", "put", "patch", "delete")
 
 
@@ -39,7 +43,7 @@ def test_every_route_of_the_app_is_documented_and_every_documented_route_is_serv
     served = {
         (route.method, _template(route.resource.canonical))
         for route in app.router.routes()
-        if route.resource is not None and route.method != "HEAD"
+        if route.resource is not None and route.method != "HEAD"  # aiohttp adds HEAD to every GET
     } - UNDOCUMENTED
     documented = {(method.upper(), _template(path)) for path, item in document()["paths"].items() for method in item}
     assert served == documented
@@ -50,6 +54,18 @@ def test_every_error_code_the_code_answers_is_documented() -> None:
     assert answered, "found no error codes: the scan is broken"
     assert answered - ERROR_CODES.keys() == set()
     assert ERROR_CODES.keys() - answered - RELAYED == set(), "documented codes that nothing answers"
+
+
+def test_every_error_class_answers_its_code_with_the_documented_status() -> None:
+    classes = [errors.BrokerError, *_subclasses(errors.BrokerError)]
+    coded = {cls: cls.code for cls in classes if cls.code is not None and cls.code != errors.BrokerError.code}
+    assert coded, "found no error classes with a code"
+    for cls, code in coded.items():
+        assert ERROR_CODES[code][0] == cls.status, cls.__name__
+    raised = {code for path in _modules("broker") for code in _raised(path, "InvalidRequest")}
+    assert {ERROR_CODES[code][0] for code in raised} == {errors.InvalidRequest.status}
+    raised = {code for path in _modules("broker") for code in _raised(path, "Conflict")}
+    assert {ERROR_CODES[code][0] for code in raised} == {errors.Conflict.status}
 
 
 def test_every_documented_code_is_answered_by_some_operation_with_its_status() -> None:
@@ -78,8 +94,7 @@ def test_the_readme_route_table_names_the_documented_routes_and_their_codes() ->
             codes = {(status, code) for status, a in documented[route]["responses"].items() for code in _enum(a)}
             assert listed - codes == set(), f"{route}: the README names codes the document does not"
             # what a caller of this route must handle; the codes every route shares are listed above the table
-            shared = {*PROTOCOL_CODES, "not_found", "cross_site_request", "bad_gateway", "unavailable", "busy"}
-            own = {(status, code) for status, code in codes if code not in shared}
+            own = {(status, code) for status, code in codes if code not in SHARED}
             assert own - listed == set(), f"{route}: the README leaves out codes the document lists"
 
 
@@ -134,6 +149,16 @@ def _call_code(node: ast.Call) -> set[str]:
     name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
     found = _strings(node.args[0]) if name in ("InvalidRequest", "Conflict") and node.args else set()
     return found | {code for k in node.keywords if k.arg == "code" for code in _strings(k.value)}
+
+
+def _subclasses(cls: type[errors.BrokerError]) -> list[type[errors.BrokerError]]:
+    return [sub for direct in cls.__subclasses__() for sub in (direct, *_subclasses(direct))]
+
+
+def _raised(path: Path, name: str) -> set[str]:
+    """The codes of the `name(...)` calls of a module (InvalidRequest and Conflict take theirs first)."""
+    calls = (node for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Call) and node.args)
+    return {code for call in calls if getattr(call.func, "id", "") == name for code in _strings(call.args[0])}
 
 
 def _strings(*nodes: ast.expr | None) -> set[str]:
