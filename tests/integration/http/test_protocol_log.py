@@ -66,3 +66,25 @@ async def test_a_first_request_that_is_not_http_logs_only_at_debug(
     ours = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == OURS]
     assert ours == [(logging.DEBUG, "Refused a malformed HTTP request.")]
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info] == []
+
+
+@pytest.mark.parametrize("path", ["/v1/runs", "/v1/runs/job_x/stop"])
+async def test_a_body_that_cannot_be_decoded_is_a_400_and_one_warn_line(
+    client: TestClient[Any, Any], caplog: pytest.LogCaptureFixture, path: str
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    # When a body says it is gzip and is not, to a route that reads its body (or to one that does not)
+    body = b'{"input": "hi"}'
+    request = b"POST %s HTTP/1.1\r\nHost: b\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s"
+    status = await _send(client, request % (path.encode(), len(body), body))
+    # Then a route that reads it answers 400 in the envelope, with one warn line of the contract
+    if path != "/v1/runs/job_x/stop":
+        assert status == 400
+        warned = [r for r in caplog.records if r.getMessage() == "Refused a malformed HTTP request."]
+        assert [(r.levelno, r.code, r.error) for r in warned] == [
+            (logging.WARNING, "bad_request", "ContentEncodingError")
+        ]  # type: ignore[attr-defined]
+    else:
+        assert status == 404  # the stop reads no body: the unknown job answers
+    # And nothing logs an error or a traceback (aiohttp's "Unhandled exception" while it drained the body)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info] == []
