@@ -62,6 +62,8 @@ async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
             raise
         return _from_http_exception(error)
     except Exception as error:
+        if error is request.content.exception():
+            return _client_left(request, error)
         if is_outage(error):
             # Redis is down, restarting or failing over (the client already retried): a retryable 503, not a bug.
             extra = {"method": request.method, "path": request.path, "error": outage_name(error)}
@@ -74,6 +76,14 @@ async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
         # The last guard: a bug must still answer the envelope, and is logged with its traceback.
         _log.exception("Failed to answer a request.", extra={"method": request.method, "path": request.path})
         return envelope(500, "The broker failed to answer this request", code="internal_error", type_="server_error")
+
+
+def _client_left(request: web.Request, error: Exception) -> web.Response:
+    """The client closed its connection while it sent the body: nobody awaits the answer, and Redis is not at
+    fault (the connection error is the client's, not a Redis connection's)."""
+    fields = {"method": request.method, "path": request.path, "error": type(error).__name__}
+    _log.debug("The client left while it sent its request.", extra=fields)
+    return envelope(400, "The connection closed before the body was read", code="bad_request")
 
 
 def _refused_body(request: web.Request, error: RequestPayloadError) -> web.Response:
