@@ -129,7 +129,11 @@ def _header(name: str, schema: Schema) -> Schema:
 
 def _run() -> dict[str, Schema]:
     # a path that decodes to more segments is no route of the broker's: 404 `not_found`
-    found = _ok("The job object.", s.ref("Job"), links=_links("streamEvents", "stopRun", "approveRun"))
+    found = _ok(
+        "The job object (or a Hermes run, relayed).",
+        {"oneOf": [s.ref("Job"), s.ref("HermesRun")]},
+        links=_links("streamEvents", "stopRun", "approveRun"),
+    )
     return {
         "get": _operation(
             "getRun",
@@ -145,7 +149,8 @@ def _events() -> dict[str, Schema]:
     resume = {"type": "string", "pattern": f"^({EVENT_ID.pattern})?$"}  # empty counts as absent
     stream = {
         "description": "Server-sent events: frames of an `id:` line and a `data:` line holding an `Event`, no `event:`"
-        " line; `: keepalive` comments while quiet; one terminal event, then `: stream closed`.",
+        " line; `: keepalive` comments while quiet; one terminal event, then `: stream closed`. A relayed Hermes"
+        " run's frames have no `id:` line.",
         # each event of the stream (OpenAPI 3.1 reads an event stream's `schema` as one event's)
         "content": {
             "text/event-stream": {
@@ -158,7 +163,7 @@ def _events() -> dict[str, Schema]:
                             "contentSchema": s.ref("Event"),
                         },
                     },
-                    ["id", "data"],
+                    ["data"],
                 )
             }
         },

@@ -216,6 +216,23 @@ JOB_REQUIRED = [
     "upstream",
 ]
 JOB = obj(JOB_PROPERTIES, JOB_REQUIRED)
+#: A Hermes run relayed with RUNS_PROXY_ENABLED (S3.7): Hermes's own object, whose `error` is a string.
+HERMES_RUN = obj(
+    {
+        "object": {"type": "string", "const": "hermes.run"},
+        "run_id": {"type": "string", "not": {"pattern": "^job_"}},
+        "status": {"type": "string"},
+        "created_at": SECONDS,
+        "updated_at": SECONDS,
+        "session_id": {"type": "string"},
+        "model": {"type": "string"},
+        "last_event": {"type": "string"},
+        "output": {"type": "string"},
+        "usage": ref("Usage"),
+        "error": {"type": "string"},
+    },
+    ["object", "run_id", "status", "created_at", "updated_at"],
+)
 CREATED = {
     "allOf": [
         ref("Job"),
@@ -360,6 +377,7 @@ SCHEMAS: dict[str, Schema] = {
     "ReportingRequest": REPORTING_REQUEST,
     "SchedulingRequest": SCHEDULING_REQUEST,
     "Job": JOB,
+    "HermesRun": HERMES_RUN,
     "CreatedJob": CREATED,
     "JobList": JOB_LIST,
     "Hold": HOLD,

@@ -4,14 +4,17 @@ approval); every answer must conform to the document (status, content type, head
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import schemathesis
+from attrs import define
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
 from schemathesis.checks import not_a_server_error
@@ -51,32 +54,49 @@ FUZZ = settings(
 
 
 @pytest.fixture(scope="module")
-def fuzzed_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    """One broker (its own redis-server, an uncapped simulator) for every case of this module."""
+def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
+    """A redis-server and an uncapped simulator for the brokers of this module."""
     folder = tmp_path_factory.mktemp("openapi-fuzz")
     redis = RedisServer(folder)
     redis.start()
     # with a key, as Hermes 0.19.0 is run: without one it refuses X-Hermes-Session-Key, and the line would wait
     simulator = SimulatorProcess(free_port(), api_key=API_KEY)
-    env = {name: value for name, value in os.environ.items() if name not in _VARIABLES}
-    env.update(
-        HOST="127.0.0.1",
-        PORT=str(free_port()),
-        REDIS_URL=redis.url,
-        HERMES_URL=simulator.url,
-        HERMES_API_KEY=API_KEY,
-        RUNS_EVENT_BLOCK="1000",
-        SHUTDOWN_GRACE="3000",
-        LOG_LEVEL="info",
-        PYTHONUNBUFFERED="1",
-    )
-    broker = BrokerProcess(env, folder / "broker.log").start()
-    yield broker
-    broker.terminate()
+    yield Services(folder, redis, simulator)
     simulator.process.terminate()
     simulator.process.wait(timeout=10)
     redis.stop()
+
+
+@pytest.fixture(scope="module")
+def fuzzed_broker(services: Services) -> Iterator[BrokerProcess]:
+    """One broker for every case of this module."""
+    broker = services.broker()
+    yield broker
+    broker.terminate()
     _show_errors(broker.log_path)
+
+
+@define
+class Services:
+    folder: Path
+    redis: RedisServer
+    simulator: SimulatorProcess
+
+    def broker(self, **variables: str) -> BrokerProcess:
+        env = {name: value for name, value in os.environ.items() if name not in _VARIABLES}
+        env.update(
+            HOST="127.0.0.1",
+            PORT=str(free_port()),
+            REDIS_URL=self.redis.url,
+            HERMES_URL=self.simulator.url,
+            HERMES_API_KEY=API_KEY,
+            RUNS_EVENT_BLOCK="1000",
+            SHUTDOWN_GRACE="3000",
+            LOG_LEVEL="info",
+            PYTHONUNBUFFERED="1",
+            **variables,
+        )
+        return BrokerProcess(env, self.folder / f"broker-{env['PORT']}.log").start()
 
 
 @pytest.fixture(scope="module")
@@ -134,6 +154,37 @@ def test_a_live_approval_and_its_event_stream_conform_to_the_document(
     # Then every answer conforms: the approval's 200, each event of the stream, the finished job's 409 and stop
     statuses = [case.call_and_validate(checks=CHECKS, timeout=REQUEST_TIMEOUT_S).status_code for case in cases]
     assert statuses == [200, 200, 200, 409, 200]
+
+
+def test_a_relayed_hermes_run_conforms_to_the_document(services: Services, broker_schema: Any) -> None:
+    """With RUNS_PROXY_ENABLED a run created on Hermes directly is answered by Hermes, through the broker."""
+    # Given a run that lives on Hermes only, and a broker that relays such runs
+    proxy = services.broker(RUNS_PROXY_ENABLED="true")
+    try:
+        created = urllib.request.Request(
+            f"{services.simulator.url}/v1/runs",
+            data=json.dumps({"input": "sleep:1"}).encode(),
+            headers={"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(created, timeout=5) as answer:
+            run = {"run_id": json.loads(answer.read())["run_id"]}
+        # When it is read, streamed and stopped through the broker, and an approval is sent for it
+        cases = [
+            broker_schema["/v1/runs/{run_id}"]["GET"].Case(path_parameters=run),
+            broker_schema["/v1/runs/{run_id}/events"]["GET"].Case(path_parameters=run),
+            broker_schema["/v1/runs/{run_id}/stop"]["POST"].Case(path_parameters=run),
+            broker_schema["/v1/runs/{run_id}/approval"]["POST"].Case(
+                path_parameters=run, body={"choice": "once"}, media_type="application/json"
+            ),
+        ]
+        # Then each relayed answer (Hermes's run object, its stream without ids, its errors) conforms
+        answers = [
+            case.call_and_validate(base_url=proxy.url, checks=CHECKS, timeout=REQUEST_TIMEOUT_S) for case in cases
+        ]
+        assert [answer.status_code for answer in answers[:2]] == [200, 200]
+    finally:
+        proxy.terminate()
+        _show_errors(proxy.log_path)
 
 
 def test_the_served_document_is_the_one_the_code_builds(fuzzed_broker: BrokerProcess) -> None:
