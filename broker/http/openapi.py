@@ -272,6 +272,17 @@ def _operations() -> dict[str, Schema]:
     }
 
 
+TAGS = {
+    "runs": "Hermes's /v1/runs API: jobs, their events, stops and approvals (and the broker's listing).",
+    "console": "The operator console (HTML).",
+    "operations": "Health, readiness, metrics and this document.",
+}
+
+
+def _tag(path: str) -> str:
+    return "runs" if path.startswith("/v1/") else "console" if path.startswith("/console") else "operations"
+
+
 @cache
 def document() -> Schema:
     """The OpenAPI document (built once; callers must not change it)."""
@@ -283,13 +294,17 @@ def document() -> Schema:
             "description": "A durable job broker in front of Hermes Agent's /v1/runs API. Every error answers the"
             " Hermes envelope (`Error`); `x-error-codes` lists every code with its status.",
         },
+        "tags": [{"name": name, "description": what} for name, what in TAGS.items()],
         "paths": {
-            "/v1/runs": _runs(),
-            "/v1/runs/{run_id}": _run(),
-            "/v1/runs/{run_id}/events": _events(),
-            "/v1/runs/{run_id}/stop": _stop(),
-            "/v1/runs/{run_id}/approval": _approval(),
-            **_operations(),
+            path: {method: {**operation, "tags": [_tag(path)]} for method, operation in item.items()}
+            for path, item in {
+                "/v1/runs": _runs(),
+                "/v1/runs/{run_id}": _run(),
+                "/v1/runs/{run_id}/events": _events(),
+                "/v1/runs/{run_id}/stop": _stop(),
+                "/v1/runs/{run_id}/approval": _approval(),
+                **_operations(),
+            }.items()
         },
         "components": {"schemas": s.SCHEMAS},
         "x-error-codes": {
