@@ -16,6 +16,7 @@ from aiohttp import web
 
 from broker.errors import ERROR_CODES
 from broker.events import JobStatus
+from broker.http import openapi_ready as ready
 from broker.http import openapi_schemas as s
 from broker.http.listing import MAX_LIMIT
 from broker.http.render import json_response
@@ -306,7 +307,7 @@ def document() -> Schema:
                 **_operations(),
             }.items()
         },
-        "components": {"schemas": s.SCHEMAS},
+        "components": {"schemas": {**s.SCHEMAS, **ready.SCHEMAS}},
         "x-error-codes": {
             code: {"status": status, "description": what} for code, (status, what) in ERROR_CODES.items()
         },

@@ -1,4 +1,5 @@
-"""The OpenAPI document's schemas (`components.schemas`): request bodies, the job object, events, the error envelope.
+"""The OpenAPI document's schemas (`components.schemas`) of the runs: request bodies, the job object, events, the
+error envelope (those of the operations routes are in `openapi_ready.py`).
 
 Every object lists its `required` fields, so an answer is held to its shape; none forbids extra fields, so a client
 keeps working when a field is added. To add a field to the job object, add it to `JOB_PROPERTIES` (and to
@@ -293,64 +294,6 @@ EVENT = obj(
     ["event", "run_id", "timestamp"],
     description="The JSON of one `data:` line of the event stream; its frame's `id:` is the event's position.",
 )
-HEALTH = obj({"status": {"type": "string", "const": "ok"}}, ["status"])
-UPSTREAM = obj(
-    {
-        "name": {"type": "string"},
-        "live": {"type": "integer"},
-        "limit": {"type": "integer"},
-        "learnt": {"type": "boolean"},
-        "refusing": {"type": "boolean"},
-        "reason": nullable({"type": "string"}),
-        "detail": nullable({"type": "string"}),
-        "retry_at": nullable(SECONDS),
-        "lost": {"type": "boolean"},
-        "unreachable_since": nullable(SECONDS),
-    },
-    ["name", "live", "limit", "learnt", "refusing", "reason", "detail", "retry_at", "lost", "unreachable_since"],
-)
-ADMISSION = obj(
-    {
-        "live": {"type": "integer"},
-        "limit": {"type": "integer"},
-        "learnt": {"type": "boolean"},
-        "refusing": {"type": "boolean"},
-        "reason": nullable({"type": "string"}),
-        "detail": nullable({"type": "string"}),
-        "retry_at": nullable(SECONDS),
-        "line": {"type": "integer", "description": "Jobs waiting in the admission line."},
-        "oldest_wait_ms": nullable({"type": "integer"}),
-        "probes": {"type": "integer"},
-        "refused": {"type": "integer"},
-        "waiting_by_priority": {"type": "object", "additionalProperties": {"type": "integer"}},
-        "waiting_ahead": {"type": "integer"},
-        "session_waiting": {"type": "integer"},
-        "top_keys": {
-            "type": "array",
-            "items": obj(
-                {"key": {"type": "string"}, "waiting": {"type": "integer"}, "weight": {"type": "number"}},
-                ["key", "waiting", "weight"],
-            ),
-        },
-        "upstreams": {"type": "array", "items": ref("Upstream")},
-    },
-    ["live", "limit", "learnt", "refusing", "line", "upstreams"],
-)
-READY = obj(
-    {
-        "status": {"type": "string", "enum": ["ready", "not_ready"]},
-        "redis": {"type": "boolean"},
-        "draining": {"type": "boolean"},
-        "hermes_answered": nullable({"type": "boolean", "description": "Whether Hermes answered the last call."}),
-        "reason": {"type": "string", "description": "Why the replica is not ready."},
-        "queue_depth": {"type": "integer"},
-        "oldest_queued_age_ms": nullable({"type": "integer"}),
-        "scheduled_jobs": {"type": "integer"},
-        "admission": ref("Admission"),
-        "cluster": {"type": "object", "description": "The Redis Cluster's state (REDIS_CLUSTER=true)."},
-    },
-    ["status", "redis", "draining"],
-)
 ERROR = obj(
     {
         "error": obj(
@@ -387,9 +330,5 @@ SCHEMAS: dict[str, Schema] = {
     "Approval": APPROVAL,
     "ApprovalAnswer": APPROVAL_ANSWER,
     "Event": EVENT,
-    "Health": HEALTH,
-    "Ready": READY,
-    "Admission": ADMISSION,
-    "Upstream": UPSTREAM,
     "Error": ERROR,
 }
