@@ -21,11 +21,14 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
+    allow_header_conformance,
     content_type_conformance,
+    ensure_resource_availability,
     negative_data_rejection,
     response_headers_conformance,
     response_schema_conformance,
     status_code_conformance,
+    unsupported_method,
 )
 
 from broker.config import _VARIABLES
@@ -40,6 +43,9 @@ CHECKS = [
     response_headers_conformance,
     response_schema_conformance,
     negative_data_rejection,  # a request that breaks the document is refused
+    unsupported_method,  # an undocumented method answers 405 ...
+    allow_header_conformance,  # ... with an Allow header naming the documented ones
+    ensure_resource_availability,  # a created job can be read at once, on the link's operations
 ]
 API_KEY = "fuzz-key-0123456789abcdef"
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "100"))  #: cases per operation (and 2/5 as many chains)
