@@ -1,8 +1,54 @@
-"""The broker's error tree: one root, HTTP-facing leaves carry their envelope fields."""
+"""The broker's error tree (one root, HTTP-facing leaves carry their envelope fields) and every code the envelope may
+carry (`ERROR_CODES`, which the OpenAPI document lists)."""
 
 from __future__ import annotations
 
 import errno
+
+#: Every code of the error envelope: code -> (HTTP status, when it is answered).
+ERROR_CODES: dict[str, tuple[int, str]] = {
+    "invalid_json": (400, "The body is not JSON, or not a JSON object."),
+    "missing_input": (400, "`input` is absent, null, empty, whitespace-only or []."),
+    "invalid_input": (
+        400,
+        "`input` has another wrong shape (a number, an object, a message without role or content,"
+        " an empty last message).",
+    ),
+    "invalid_field": (400, "A field or query parameter has the wrong type or value; `param` names it."),
+    "invalid_context": (400, "`context` breaks a rule of S3.1.2; the message names the path."),
+    "invalid_reporting": (400, "`reporting` is not an object of booleans."),
+    "invalid_scheduling": (400, "`scheduling` breaks a rule of S4.2; the message names the path."),
+    "invalid_callback": (400, '`callback` is not `{"url": …}` with an http(s) URL of an allowed host (S5.8).'),
+    "invalid_idempotency_key": (400, "Idempotency-Key is not 1-255 visible ASCII characters."),
+    "invalid_session_key": (400, "X-Hermes-Session-Key is over 256 characters, not UTF-8 or has control characters."),
+    "invalid_last_event_id": (400, "Last-Event-ID or `after` is not an event id (`<ms>-<seq>`)."),
+    "invalid_approval_choice": (400, "`choice` is not once, session, always or deny (or an alias)."),
+    "approval_choice_not_allowed": (400, "`always` while RUNS_APPROVAL_ALLOW_ALWAYS is off."),
+    "bad_request": (400, "The request is not HTTP the server can parse."),
+    "cross_site_request": (403, "A browser marked a create, stop or approval as cross-site."),
+    "run_not_found": (404, "No job (and, with RUNS_PROXY_ENABLED, no Hermes run) has this id."),
+    "not_found": (404, "No route has this path."),
+    "method_not_allowed": (405, "The route does not take this method; `Allow` lists those it takes."),
+    "idempotency_key_conflict": (409, "The Idempotency-Key was used with another input or instructions."),
+    "session_busy": (409, "multitask `reject` and an earlier turn of the session is queued or live."),
+    "approval_not_active": (409, "The job has no live Hermes run to approve."),
+    "approval_not_pending": (409, "Hermes's answer: the run waits for no approval."),
+    "body_too_large": (413, "The body is over 10 MB, or the execution body over HERMES_MAX_BODY."),
+    "uri_too_long": (414, "The request line is over 8190 bytes."),
+    "unsupported_media_type": (415, "The body's Content-Type is not one the route reads."),
+    "queue_full": (
+        429,
+        "The key's `waiting` quota or ADMISSION_MAX_WAITING is reached (S4.4); retry after Retry-After.",
+    ),
+    "header_too_large": (431, "A header field is over 8190 bytes, or there are more than 128."),
+    "internal_error": (500, "A bug: the broker failed to answer (logged with its traceback)."),
+    "bad_gateway": (502, "A proxied Hermes run's answer was not JSON."),
+    "unavailable": (
+        503,
+        "Redis (or Hermes, for a proxied run or an approval) did not answer; retry after Retry-After.",
+    ),
+    "busy": (503, "The job kept changing under the request; retry after Retry-After."),
+}
 
 
 class BrokerError(Exception):

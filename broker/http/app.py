@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 from aiohttp import web
 
-from broker.http import health, listing, routes, sse
+from broker.http import health, listing, openapi, routes, sse
 from broker.http.appkeys import inflight_key
 from broker.http.errors import Handler, error_middleware
 from broker.http.protocol import envelope_protocol_errors
@@ -37,6 +37,7 @@ def web_app(services: Sequence[Context]) -> web.Application:
     listing.register(app)
     sse.register(app)
     health.register(app)
+    openapi.register(app)
     return app
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMessage
+from aiohttp.web_protocol import RequestPayloadError
 
 from broker.errors import BrokerError, Unavailable
 from broker.http.render import json_response
@@ -44,13 +46,24 @@ def from_broker_error(error: BrokerError) -> web.Response:
 
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    response = await _answer(request, handler)
+    if isinstance(request.content.exception(), RequestPayloadError):
+        _end_body(request, response)  # a body the handler did not read, which cannot be decoded
+    return response
+
+
+async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
+    except RequestPayloadError as error:
+        return _refused_body(request, error)  # raised by reading the body
     except web.HTTPException as error:
         if error.status < 400:
             raise
         return _from_http_exception(error)
     except Exception as error:
+        if error is request.content.exception():
+            return _client_left(request, error)
         if is_outage(error):
             # Redis is down, restarting or failing over (the client already retried): a retryable 503, not a bug.
             extra = {"method": request.method, "path": request.path, "error": outage_name(error)}
@@ -63,6 +76,33 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         # The last guard: a bug must still answer the envelope, and is logged with its traceback.
         _log.exception("Failed to answer a request.", extra={"method": request.method, "path": request.path})
         return envelope(500, "The broker failed to answer this request", code="internal_error", type_="server_error")
+
+
+def _client_left(request: web.Request, error: Exception) -> web.Response:
+    """The client closed its connection while it sent the body: nobody awaits the answer, and Redis is not at
+    fault (the connection error is the client's, not a Redis connection's)."""
+    fields = {"method": request.method, "path": request.path, "error": type(error).__name__}
+    _log.debug("The client left while it sent its request.", extra=fields)
+    return envelope(400, "The connection closed before the body was read", code="bad_request")
+
+
+def _refused_body(request: web.Request, error: RequestPayloadError) -> web.Response:
+    """400 for a body aiohttp cannot decode (e.g. `Content-Encoding: gzip` on bytes that are not gzip, a broken
+    chunk): the client got it wrong, so one warn line of the log contract, without a traceback."""
+    cause = error.__cause__ if isinstance(error.__cause__, BadHttpMessage) else None
+    fields = {"status": 400, "code": "bad_request", "remote": request.remote, "error": type(cause or error).__name__}
+    _log.warning("Refused a malformed HTTP request.", extra=fields)
+    detail = cause.message if cause is not None else "the body cannot be read"
+    response = envelope(400, f"Malformed HTTP request: {detail}", code="bad_request")
+    _end_body(request, response)
+    return response
+
+
+def _end_body(request: web.Request, response: web.StreamResponse) -> None:
+    """Close the connection after `response`, and mark the broken body read: aiohttp would read the rest of it
+    after the answer and log the decoding error again as an unhandled exception."""
+    response.force_close()
+    request.content.feed_eof()
 
 
 def _from_http_exception(error: web.HTTPException) -> web.Response:

@@ -29,6 +29,7 @@ MAX_URL = 2048
 MAX_FAIRNESS_KEY = 64
 #: A plain http(s) URL: lowercase scheme, an ASCII host name without user info, an optional port, then a path,
 #: query, fragment or nothing. Every such URL passes the full check (`url_problem`), which this only saves.
+_NOT_IN_URL = re.compile(r"[\x00-\x20\x7f]")
 _PLAIN_URL = re.compile(r"https?://[A-Za-z0-9.-]+(?::[0-9]*)?(?:[/?#]|\Z)")
 
 
@@ -203,6 +204,8 @@ def _links(value: Any) -> tuple[Link, ...]:
 def _url(value: Any, path: str) -> str:
     if not isinstance(value, str) or len(value) > MAX_URL:
         raise _context(path, "must be an http or https URL of at most 2048 characters")
+    if _NOT_IN_URL.search(value):  # urlsplit would drop some of them, and judge another URL than the one stored
+        raise _context(path, "must not contain spaces or control characters")
     problem = None if _PLAIN_URL.match(value) else url_problem(value)
     if problem is not None:
         raise _context(path, problem)
@@ -308,6 +311,7 @@ _CHOICES = {
     "allow": "once",
 }
 _TRUE = ("true", "1", "yes", "on")
+APPROVAL_CHOICES = tuple(_CHOICES)  #: what `choice` may be (case-insensitive)
 
 
 def parse_approval(raw: bytes, *, allow_always: bool) -> ApprovalChoice:

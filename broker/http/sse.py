@@ -25,7 +25,7 @@ SEND_TIMEOUT_S = 30  #: a client that does not take a write within this is dropp
 HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 KEEPALIVE = b": keepalive\n\n"
 CLOSED = b": stream closed\n\n"
-_ID = re.compile(r"([0-9]{1,20})-([0-9]{1,20})")
+EVENT_ID = re.compile(r"([0-9]{1,20})-([0-9]{1,20})")
 _MAX_PART = 2**64 - 1
 
 _log = get_logger("broker.http.sse.EventStream")
@@ -37,7 +37,7 @@ def resume_after(request: web.Request) -> str:
     value, name = (header, "Last-Event-ID") if header else (request.query.get("after", ""), "after")
     if not value:
         return START
-    match = _ID.fullmatch(value)
+    match = EVENT_ID.fullmatch(value)
     if match is None or int(match[1]) > _MAX_PART or int(match[2]) > _MAX_PART:
         raise InvalidRequest(
             "invalid_last_event_id", f"{name} must be an event id of this stream (<ms>-<seq>)", param=name

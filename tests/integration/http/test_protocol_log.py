@@ -7,7 +7,14 @@ import logging
 from typing import Any
 
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestClient
+from redis.asyncio import Redis
+
+from broker.app import create_app
+from broker.config import Config
+from broker.http.appkeys import inflight_key
+from broker.store.embedded import free_port
 
 LIMIT = 8190  # aiohttp's max_line_size and max_field_size
 OURS = "broker.http.protocol.ProtocolErrors"
@@ -66,3 +73,58 @@ async def test_a_first_request_that_is_not_http_logs_only_at_debug(
     ours = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == OURS]
     assert ours == [(logging.DEBUG, "Refused a malformed HTTP request.")]
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info] == []
+
+
+@pytest.mark.parametrize("path", ["/v1/runs", "/v1/runs/job_x/stop"])
+async def test_a_body_that_cannot_be_decoded_is_a_400_and_one_warn_line(
+    client: TestClient[Any, Any], caplog: pytest.LogCaptureFixture, path: str
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    # When a body says it is gzip and is not, to a route that reads its body (or to one that does not)
+    body = b'{"input": "hi"}'
+    request = b"POST %s HTTP/1.1\r\nHost: b\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s"
+    status = await _send(client, request % (path.encode(), len(body), body))
+    # Then a route that reads it answers 400 in the envelope, with one warn line of the contract
+    if path != "/v1/runs/job_x/stop":
+        assert status == 400
+        warned = [r for r in caplog.records if r.getMessage() == "Refused a malformed HTTP request."]
+        assert [(r.levelno, r.code, r.error) for r in warned] == [
+            (logging.WARNING, "bad_request", "ContentEncodingError")
+        ]  # type: ignore[attr-defined]
+    else:
+        assert status == 404  # the stop reads no body: the unknown job answers
+    # And nothing logs an error or a traceback (aiohttp's "Unhandled exception" while it drained the body)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info] == []
+
+
+async def test_a_client_that_leaves_mid_body_is_not_a_redis_outage(
+    config: Config, redis: Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    # Given the broker served as `python -m broker` serves it: a client that leaves does not cancel its handler
+    app = create_app(config, drive=False)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", free_port())
+    await site.start()
+    try:
+        # When a client announces a body and closes the connection before it has sent it
+        _, writer = await asyncio.open_connection("127.0.0.1", site._port)
+        writer.write(b'POST /v1/runs HTTP/1.1\r\nHost: b\r\nContent-Length: 100\r\n\r\n{"input": ')
+        await writer.drain()
+        await _until(lambda: app[inflight_key].count == 1)  # the create waits for the rest of its body
+        writer.close()
+        await writer.wait_closed()
+        # Then the broker says so at debug, and nothing blames Redis or logs an error
+        left = "The client left while it sent its request."
+        await _until(lambda: any(r.getMessage() == left for r in caplog.records))
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info] == []
+    finally:
+        await runner.cleanup()
+
+
+async def _until(probe: Any, timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not probe():
+        assert asyncio.get_running_loop().time() < deadline, "not within the timeout"
+        await asyncio.sleep(0.01)
