@@ -175,7 +175,8 @@ class CallbackSender:
             async with self._session.post(
                 owed.url, data=owed.body, headers=headers, timeout=timeout, allow_redirects=False
             ) as answer:
-                await answer.read()
+                # The status is the answer: the body is never read, so a receiver that trickles one cannot hold
+                # an acknowledged delivery until the timeout, nor make this replica keep what it sends.
                 error = "" if 200 <= answer.status < 300 else f"HTTP {answer.status}"
                 return answer.status, error, _retry_after_ms(answer.headers.get("Retry-After"), self._clock.now_ms())
         except (aiohttp.ClientError, TimeoutError) as error:

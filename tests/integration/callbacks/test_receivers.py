@@ -1,0 +1,42 @@
+"""Job callbacks (SPEC S5.8) against receivers that misbehave: the sender judges a delivery by the answer's status
+and never waits on, or keeps, what the receiver sends after it."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from tests.integration.callbacks.conftest import CallbackFactory, attempts, callback_of
+from tests.integration.driver.conftest import create
+
+
+async def test_a_2xx_whose_body_never_ends_is_delivered_at_the_status(
+    make_callback_replica: CallbackFactory, aiohttp_server: Any
+) -> None:
+    # Given a receiver that answers 200 at once, then trickles a body it never finishes
+    posts: list[str] = []
+
+    async def trickle(request: web.Request) -> web.StreamResponse:
+        posts.append(request.headers["webhook-id"])
+        await request.read()
+        answer = web.StreamResponse(status=200)
+        await answer.prepare(request)
+        while True:
+            await answer.write(b" ")
+            await asyncio.sleep(0.1)
+
+    app = web.Application()
+    app.router.add_post("/hook", trickle)
+    server: TestServer = await aiohttp_server(app, host="127.0.0.1")
+    replica = await make_callback_replica(board_timeout_ms=1_000)
+    # When a job with a callback there completes
+    created = await create(replica, {"input": "hello", "callback": {"url": str(server.make_url("/hook"))}})
+    job_id = created["run_id"]
+    # Then its delivery is acknowledged by the status, on the first attempt: not a timeout, not a retry
+    callback = await callback_of(replica, job_id, "delivered")
+    assert (callback["attempts"], callback["last_error"]) == (1, None)
+    assert posts == [f"{job_id}:job.completed:1"]
+    assert attempts(replica, "retried") == 0
