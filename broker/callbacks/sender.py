@@ -179,7 +179,9 @@ class CallbackSender:
                 # an acknowledged delivery until the timeout, nor make this replica keep what it sends.
                 error = "" if 200 <= answer.status < 300 else f"HTTP {answer.status}"
                 return answer.status, error, _retry_after_ms(answer.headers.get("Retry-After"), self._clock.now_ms())
-        except (aiohttp.ClientError, TimeoutError) as error:
+        except (aiohttp.ClientError, TimeoutError, ValueError) as error:
+            # ValueError: a URL the client cannot send to (stored by a broker that checked less): a failed attempt,
+            # backed off and given up like any other, not an error that skips the record
             return None, repr(error), None
 
 

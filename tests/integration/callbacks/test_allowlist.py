@@ -19,6 +19,20 @@ REFUSED = [
     ({"url": "https://user:pw@hooks.example.com/"}, "callback.url", "username or password"),
     ({"url": "ftp://hooks.example.com/"}, "callback.url", "http or https URL"),
     ({"url": "https://hooks.example.com/" + "a" * 2048}, "callback.url", "at most 2048"),
+    # hosts that match the allowlist as text, but that the HTTP client cannot send to (empty labels, a backslash,
+    # bytes no host name has): refused here, not left to fail every delivery attempt for days
+    ({"url": "https://.example.org/hook"}, "callback.url", "host name"),
+    ({"url": "https://a..example.org/hook"}, "callback.url", "host name"),
+    ({"url": "https://hooks.example.com../hook"}, "callback.url", "host name"),
+    ({"url": "https://evil.net\\.example.org/hook"}, "callback.url", "http or https URL"),
+    ({"url": "https://evil.net%2f.example.org/hook"}, "callback.url", "host name"),
+    ({"url": "https://127.0.0.1\u0000.example.org/hook"}, "callback.url", "http or https URL"),
+    ({"url": "https://evil.net .example.org/hook"}, "callback.url", "http or https URL"),
+    ({"url": "https://hooks.example.com/\r\nX-Injected: 1"}, "callback.url", "http or https URL"),
+    ({"url": "https://-a.example.org/hook"}, "callback.url", "host name"),
+    ({"url": "https://[::1]/hook"}, "callback.url", "host name"),  # an IPv6 literal: the allowlist names none
+    ({"url": "https://hooks.example.com.evil.net./"}, "callback.url", "not in CALLBACK_ALLOWED_HOSTS"),
+    ({"url": "https://evil-example.org/"}, "callback.url", "not in CALLBACK_ALLOWED_HOSTS"),
     ({"url": 5}, "callback.url", "http or https URL"),
     ({}, "callback.url", "http or https URL"),
     (["https://hooks.example.com/"], "callback", "must be an object"),
@@ -54,7 +68,14 @@ async def test_without_allowed_hosts_every_callback_is_refused(make_client: Clie
 
 
 @pytest.mark.parametrize(
-    "url", ["https://hooks.example.com/h", "http://HOOKS.example.com:8443/h", "https://a.b.example.org/"]
+    "url",
+    [
+        "https://hooks.example.com/h",
+        "http://HOOKS.example.com:8443/h",
+        "https://a.b.example.org/",
+        "https://hooks.example.com./h",  # the same host, written as an absolute name
+        "https://b\u00fccher.example.org/",  # an IDN label under an allowed suffix (sent as xn--bcher-kva)
+    ],
 )
 async def test_an_allowed_host_is_taken_and_shown_pending(make_client: ClientFactory, url: str) -> None:
     client = await make_client(callback_allowed_hosts=ALLOWED)

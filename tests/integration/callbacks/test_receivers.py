@@ -6,9 +6,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from redis.asyncio import Redis
 
+from broker.callbacks.sender import CallbackDelivery, CallbackSender
+from broker.clock import SystemClock
+from broker.metrics import Metrics
+from broker.store.callbacks import CallbackStore, Owed
 from tests.integration.callbacks.conftest import CallbackFactory, attempts, callback_of
 from tests.integration.driver.conftest import create
 
@@ -40,3 +46,22 @@ async def test_a_2xx_whose_body_never_ends_is_delivered_at_the_status(
     assert (callback["attempts"], callback["last_error"]) == (1, None)
     assert posts == [f"{job_id}:job.completed:1"]
     assert attempts(replica, "retried") == 0
+
+
+async def test_a_url_the_client_cannot_send_to_is_a_failed_attempt_not_a_crash(redis: Redis) -> None:
+    # Given a delivery owed to a URL an earlier broker took (an empty label: the client cannot encode the host)
+    owed = Owed(
+        job_id="job_" + "d" * 32,
+        url="http://a..example.org/hook",
+        webhook_id="w",
+        body=b"{}",
+        owed_since_ms=0,
+        failures=0,
+    )
+    async with aiohttp.ClientSession() as session:
+        sender = CallbackSender(CallbackStore(redis), session, CallbackDelivery(), SystemClock(), Metrics())
+        # When the sender tries it
+        status, error, retry_after = await sender._post(owed)
+    # Then the attempt failed like an unreachable receiver (recorded, retried with backoff, given up in time),
+    # instead of raising past the record and coming back every claim for as long as the job's hash lives
+    assert status is None and retry_after is None and error
