@@ -12,10 +12,12 @@ import asyncio
 import contextlib
 import random
 import time
+from collections import Counter
 from email.utils import parsedate_to_datetime
 
 import aiohttp
 from attrs import field, frozen
+from yarl import URL
 
 from broker.board.signing import signature
 from broker.callbacks.outbox import retry_in_ms
@@ -31,6 +33,9 @@ CLAIM_MARGIN_MS = 2_000  #: a claim outlives its attempt by this much
 POLL_S = 1.0  #: the longest pause between rounds that found nothing due (a write of this replica ends it)
 MAX_DELIVERIES = 32  #: past this many deliveries in flight a replica claims no more (a round may claim as many
 #: per partition as there are free places, so this bounds the claiming, loosely, not each round)
+#: most deliveries in flight to one receiver (scheme, host and port) from one replica: a receiver that never
+#: answers holds these until their timeout, and the other receivers' deliveries keep the remaining places
+MAX_PER_RECEIVER = 8
 MAX_REDIS_BACKOFF_S = 5.0
 
 
@@ -80,6 +85,7 @@ class CallbackSender:
         self._clock = clock
         self._metrics = metrics
         self._tasks: set[asyncio.Task[None]] = set()
+        self._receivers: Counter[str] = Counter()  #: deliveries in flight per receiver
         self._owed = asyncio.Event()  #: set when a write of this replica owed a delivery
         self._log = get_logger(type(self))
 
@@ -130,7 +136,19 @@ class CallbackSender:
             if owed is None:
                 await self._store.idle(job_id, self._clock.now_ms())
                 return
-            await self._attempt(owed)
+            receiver = _receiver(owed.url)
+            if self._receivers[receiver] >= MAX_PER_RECEIVER:
+                # its receiver is busy with this replica's deliveries: try later, backing off as it stays busy
+                due = self._clock.now_ms() + retry_in_ms(owed.deferrals + 1, random.random())
+                await self._store.defer(owed, due)
+                return
+            self._receivers[receiver] += 1
+            try:
+                await self._attempt(owed)
+            finally:
+                self._receivers[receiver] -= 1
+                if not self._receivers[receiver]:
+                    del self._receivers[receiver]
         except asyncio.CancelledError:
             # Stopping: the job is due again at once, for any sender (else once its claim lapses). An attempt that
             # reached the receiver is made again: at least once.
@@ -195,6 +213,14 @@ def _retry_after_ms(value: str | None, now_ms: int) -> int | None:
         return max(0, int(parsedate_to_datetime(value).timestamp() * 1000) - now_ms)
     except (TypeError, ValueError):
         return None
+
+
+def _receiver(url: str) -> str:
+    """The receiver a URL names: its scheme, host and port."""
+    try:
+        return str(URL(url).origin())
+    except ValueError:
+        return url
 
 
 def _since(started: float) -> float:

@@ -16,7 +16,7 @@ from redis.asyncio import Redis
 from broker.store import keys
 from broker.store.scripts import as_strings, run_many, source
 
-Outcome = Literal["delivered", "retry", "failed", "gone", "idle"]
+Outcome = Literal["delivered", "retry", "failed", "gone", "idle", "defer"]
 _SHOWN = ("url", "status", "attempts", "last_error")
 
 
@@ -54,6 +54,7 @@ class Owed:
     body: bytes
     owed_since_ms: int  #: when the job write owed it (the retry window runs from here)
     failures: int  #: failed attempts so far
+    deferrals: int = 0  #: times it waited for a place at a receiver that had as many deliveries in flight as allowed
 
 
 @frozen(kw_only=True)
@@ -95,6 +96,7 @@ class CallbackStore:
             body=fields[f"b:{head}"].encode(),
             owed_since_ms=_number(fields.get(f"s:{head}")),
             failures=_number(fields.get(f"t:{head}")),
+            deferrals=_number(fields.get(f"d:{head}")),
         )
 
     async def record(self, owed: Owed, outcome: Outcome, *, error: str = "", retry_at_ms: int = 0, now_ms: int) -> None:
@@ -102,6 +104,11 @@ class CallbackStore:
         script_keys = [keys.callback(owed.job_id), keys.callbacks_due(keys.partition_of(owed.job_id))]
         args: list[str | int] = [owed.job_id, owed.webhook_id, outcome, error, retry_at_ms, now_ms]
         await self._result(keys=script_keys, args=args)
+
+    async def defer(self, owed: Owed, due_ms: int) -> None:
+        """Make no attempt now: the job is due again at `due_ms`, its delivery counting one more deferral."""
+        script_keys = [keys.callback(owed.job_id), keys.callbacks_due(keys.partition_of(owed.job_id))]
+        await self._result(keys=script_keys, args=[owed.job_id, owed.webhook_id, "defer", "", due_ms, due_ms])
 
     async def idle(self, job_id: str, now_ms: int) -> None:
         """Take a job that owed nothing when read off the schedule, unless a write owed a delivery since."""

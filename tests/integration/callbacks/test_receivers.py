@@ -11,12 +11,12 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from redis.asyncio import Redis
 
-from broker.callbacks.sender import CallbackDelivery, CallbackSender
+from broker.callbacks.sender import MAX_DELIVERIES, MAX_PER_RECEIVER, CallbackDelivery, CallbackSender
 from broker.clock import SystemClock
 from broker.metrics import Metrics
 from broker.store.callbacks import CallbackStore, Owed
-from tests.integration.callbacks.conftest import CallbackFactory, attempts, callback_of
-from tests.integration.driver.conftest import create
+from tests.integration.callbacks.conftest import CallbackFactory, Receiver, attempts, callback_of, until_calls
+from tests.integration.driver.conftest import create, eventually
 
 
 async def test_a_2xx_whose_body_never_ends_is_delivered_at_the_status(
@@ -65,3 +65,36 @@ async def test_a_url_the_client_cannot_send_to_is_a_failed_attempt_not_a_crash(r
     # Then the attempt failed like an unreachable receiver (recorded, retried with backoff, given up in time),
     # instead of raising past the record and coming back every claim for as long as the job's hash lives
     assert status is None and retry_after is None and error
+
+
+async def test_a_receiver_that_never_answers_does_not_hold_back_other_receivers(
+    make_callback_replica: CallbackFactory, receiver: Receiver, aiohttp_server: Any
+) -> None:
+    # Given a receiver that takes every POST and never answers, owed more deliveries than a replica makes at once
+    held: list[str] = []
+    never = asyncio.Event()
+
+    async def hang(request: web.Request) -> web.Response:
+        held.append(request.headers["webhook-id"])
+        await never.wait()
+        return web.Response()
+
+    app = web.Application()
+    app.router.add_post("/hook", hang)
+    frozen: TestServer = await aiohttp_server(app, host="127.0.0.1")
+    replica = await make_callback_replica(board_timeout_ms=30_000)
+    for n in range(MAX_DELIVERIES + 8):
+        await create(replica, {"input": f"hello {n}", "callback": {"url": str(frozen.make_url("/hook"))}})
+    await eventually(lambda: _at_least(held, 4))
+    # When a job calls back another, healthy receiver
+    created = await create(replica, {"input": "hello", "callback": {"url": receiver.url}})
+    # Then that delivery goes out at once, not after the frozen receiver's attempts time out
+    [call] = await until_calls(receiver, 1, timeout=5)
+    assert call.headers["webhook-id"] == f"{created['run_id']}:job.completed:1"
+    # and the frozen receiver holds no more of them than one receiver may
+    assert len(held) <= MAX_PER_RECEIVER
+    never.set()
+
+
+async def _at_least(items: list[str], count: int) -> bool:
+    return len(items) >= count
