@@ -47,6 +47,15 @@ def allowed(host: str, hosts: tuple[str, ...]) -> bool:
     return any(host.endswith(pattern[1:]) if pattern.startswith("*.") else host == pattern for pattern in hosts)
 
 
+def allowed_url(url: str, hosts: tuple[str, ...]) -> bool:
+    """Whether the host the HTTP client would send `url` to is one of `hosts` (or under a `*.suffix` of them)."""
+    try:
+        name = URL(url).raw_host
+    except ValueError:
+        return False
+    return name is not None and allowed(name, hosts)
+
+
 def parse_callback(value: Any, hosts: tuple[str, ...]) -> str:
     """The callback URL of a create's `callback` object (other members are ignored, as unknown fields of a create
     are); CallbackRefused naming the path otherwise.

@@ -20,6 +20,7 @@ from attrs import field, frozen
 from yarl import URL
 
 from broker.board.signing import signature
+from broker.callbacks.hosts import allowed_url
 from broker.callbacks.outbox import retry_in_ms
 from broker.clock import Clock
 from broker.config import Config
@@ -46,6 +47,7 @@ class CallbackDelivery:
     timeout_ms: int = 10_000  #: BOARD_TIMEOUT: per attempt
     retry_window_ms: int = 86_400_000  #: CALLBACK_RETRY_WINDOW
     secrets: tuple[bytes, ...] = field(default=(), repr=False)  #: CALLBACK_SIGNING_SECRET's keys
+    allowed_hosts: tuple[str, ...] = ()  #: CALLBACK_ALLOWED_HOSTS: a URL it no longer allows is not called
 
     @classmethod
     def from_config(cls, config: Config) -> CallbackDelivery:
@@ -53,6 +55,7 @@ class CallbackDelivery:
             timeout_ms=config.board_timeout_ms,
             retry_window_ms=config.callback_retry_window_ms,
             secrets=config.callback_signing_secrets,
+            allowed_hosts=config.callback_allowed_hosts,
         )
 
     @property
@@ -163,7 +166,12 @@ class CallbackSender:
 
     async def _attempt(self, owed: Owed) -> None:
         started = time.monotonic()
-        status, error, retry_after_ms = await self._post(owed)
+        if allowed_url(owed.url, self._settings.allowed_hosts):
+            status, error, retry_after_ms = await self._post(owed)
+        else:
+            # taken off the allowlist since the job was created (or not on this replica's): not called, and tried
+            # again like a failed attempt, so a replica that allows it may deliver it within the retry window
+            status, error, retry_after_ms = None, "its host is not in CALLBACK_ALLOWED_HOSTS", None
         now = self._clock.now_ms()
         fields: dict[str, object] = {"job": owed.job_id, "webhookId": owed.webhook_id, "attempt": owed.failures + 1}
         outcome: Outcome

@@ -6,9 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from aiohttp.test_utils import TestClient
 from redis.asyncio import Redis
 
+from tests.integration.callbacks.conftest import CallbackFactory, Receiver, callback_of, until_calls
 from tests.integration.conftest import ClientFactory
+from tests.integration.driver.conftest import create, eventually, job, settled
 
 ALLOWED = ("hooks.example.com", "*.example.org")
 
@@ -100,3 +103,28 @@ async def test_a_replay_never_changes_a_jobs_callback(make_client: ClientFactory
         replayed = await again.json()
         # Then the job keeps its first callback
         assert replayed["replayed"] is True and replayed["callback"] == created["callback"]
+
+
+async def test_a_host_taken_off_the_allowlist_is_never_called_again(
+    make_callback_replica: CallbackFactory, receiver: Receiver
+) -> None:
+    # Given a job whose callback host was allowed when it was created, and that was called back once
+    first = await make_callback_replica()
+    created = await create(first, {"input": "please approval", "callback": {"url": receiver.url}})
+    job_id = created["run_id"]
+    await until_calls(receiver, 1)
+    await callback_of(first, job_id, "delivered")
+    # When the operator takes that host off CALLBACK_ALLOWED_HOSTS (the replica is replaced by one without it)
+    await first.close()
+    second = await make_callback_replica(callback_allowed_hosts=("hooks.example.com",))
+    answer = await second.post(f"/v1/runs/{job_id}/approval", json={"choice": "once"})
+    assert answer.status == 200, await answer.text()
+    await settled(second, job_id)
+    # Then the job's end is not POSTed there: the attempt fails naming the allowlist, and the receiver heard nothing
+    callback = await eventually(lambda: _failed_on_allowlist(second, job_id))
+    assert callback["status"] == "pending" and len(receiver.calls) == 1
+
+
+async def _failed_on_allowlist(client: TestClient[Any, Any], job_id: str) -> dict[str, Any] | None:
+    callback: dict[str, Any] = (await job(client, job_id))["callback"]
+    return callback if "CALLBACK_ALLOWED_HOSTS" in (callback["last_error"] or "") else None
