@@ -32,8 +32,7 @@ from broker.tasks import cancel_all
 
 CLAIM_MARGIN_MS = 2_000  #: a claim outlives its attempt by this much
 POLL_S = 1.0  #: the longest pause between rounds that found nothing due (a write of this replica ends it)
-MAX_DELIVERIES = 32  #: past this many deliveries in flight a replica claims no more (a round may claim as many
-#: per partition as there are free places, so this bounds the claiming, loosely, not each round)
+MAX_DELIVERIES = 32  #: most deliveries in flight on one replica: a round claims no more than the free places
 #: most deliveries in flight to one receiver (scheme, host and port) from one replica: a receiver that never
 #: answers holds these until their timeout, and the other receivers' deliveries keep the remaining places
 MAX_PER_RECEIVER = 8

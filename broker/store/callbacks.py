@@ -7,6 +7,7 @@ partition slot. Jobs without a callback have no hash and are never in a schedule
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Literal, cast
 
@@ -77,8 +78,19 @@ class CallbackStore:
         self._result = redis.register_script(source("callback_result"))
 
     async def claim(self, now_ms: int, lease_ms: int, limit: int) -> list[str]:
-        """Jobs whose next delivery is due, claimed for `lease_ms` (one script per partition, one pipeline)."""
-        calls = [([keys.callbacks_due(partition)], [now_ms, lease_ms, limit]) for partition in keys.partitions()]
+        """At most `limit` jobs whose next delivery is due, the soonest due first across the partitions, claimed
+        for `lease_ms`: one pipeline reads what each partition has due, a second claims (a script per partition
+        that has some of the soonest, each taking its own soonest, so never more than `limit` in all)."""
+        partitions = list(keys.partitions())
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for partition in partitions:
+                pipe.zrangebyscore(keys.callbacks_due(partition), "-inf", now_ms, start=0, num=limit, withscores=True)
+            peeked = cast(list[list[tuple[str, float]]], await pipe.execute())
+        soonest = sorted((score, index) for index, due in enumerate(peeked) for _, score in due)[:limit]
+        taken = Counter(index for _, index in soonest)
+        if not taken:
+            return []
+        calls = [([keys.callbacks_due(partitions[index])], [now_ms, lease_ms, n]) for index, n in taken.items()]
         replies = await run_many(self._redis, self._claim, calls)
         return [job_id for reply in replies for job_id in as_strings(reply)]
 
