@@ -51,7 +51,10 @@ if outcome == 'retry' and redis.call('HEXISTS', KEYS[1], 'b:' .. id) == 1 then
   redis.call('ZADD', KEYS[2], ARGV[5], ARGV[1])
   return 1
 end
--- delivered or given up (or delivered meanwhile by another sender): the delivery leaves the queue
+-- delivered or given up (or delivered meanwhile by another sender): the delivery leaves the queue. An outcome
+-- for a delivery no longer owed (another sender's attempt ended it first) changes no status: a late give-up
+-- never marks failed what a receiver acknowledged.
+local owed_still = redis.call('HEXISTS', KEYS[1], 'b:' .. id) == 1
 local rest = {}
 for owed in string.gmatch(redis.call('HGET', KEYS[1], 'queue') or '', '%S+') do
   if owed ~= id then
@@ -61,7 +64,7 @@ end
 redis.call('HDEL', KEYS[1], 'b:' .. id, 's:' .. id, 't:' .. id, 'd:' .. id)
 local queue = table.concat(rest, ' ')
 redis.call('HSET', KEYS[1], 'queue', queue)
-if outcome == 'failed' then
+if outcome == 'failed' and owed_still then
   redis.call('HSET', KEYS[1], 'status', 'failed')
 elseif outcome == 'delivered' and queue == '' and redis.call('HGET', KEYS[1], 'status') ~= 'failed' then
   redis.call('HSET', KEYS[1], 'status', 'delivered')

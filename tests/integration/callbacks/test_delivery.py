@@ -6,6 +6,7 @@ from __future__ import annotations
 from redis.asyncio import Redis
 
 from broker.store import keys
+from broker.store.callbacks import CallbackStore, Owed
 from tests.conftest import BOTH_BACKENDS
 from tests.integration.callbacks.conftest import (
     CallbackFactory,
@@ -150,3 +151,28 @@ async def test_a_delivery_past_its_retry_window_is_given_up(
     assert (callback["attempts"], callback["last_error"]) == (1, "HTTP 500")
     assert await redis.zscore(keys.callbacks_due(keys.partition_of(job_id)), job_id) is None
     assert attempts(replica, "failed") == 1 and len(receiver.calls) == 1
+
+
+async def test_a_late_give_up_from_another_sender_does_not_undo_a_delivery(
+    make_callback_replica: CallbackFactory, receiver: Receiver, redis: Redis
+) -> None:
+    # Given a job whose delivery failed once and is due again
+    receiver.answers = [503]
+    replica = await make_callback_replica()
+    created = await create(replica, {"input": "hello", "callback": {"url": receiver.url}})
+    job_id = created["run_id"]
+    await until_calls(receiver, 1)
+    store = CallbackStore(redis)
+    owed = await eventually(lambda: _failed_once(store, job_id))
+    # When one sender's attempt is acknowledged, and another sender's attempt of the same delivery, made at the
+    # same time (its claim had lapsed), comes back after it past the retry window
+    await store.record(owed, "delivered", now_ms=owed.owed_since_ms + 1)
+    await store.record(owed, "failed", error="HTTP 503", now_ms=owed.owed_since_ms + 2)
+    # Then the delivery stays delivered: the receiver has it
+    callback = (await job(replica, job_id))["callback"]
+    assert callback["status"] == "delivered", callback
+
+
+async def _failed_once(store: CallbackStore, job_id: str) -> Owed | None:
+    owed = await store.first_owed(job_id)
+    return owed if owed is not None and owed.failures == 1 else None
