@@ -202,8 +202,10 @@ class CallbackSender:
             ) as answer:
                 # The status is the answer: the body is never read, so a receiver that trickles one cannot hold
                 # an acknowledged delivery until the timeout, nor make this replica keep what it sends.
-                error = "" if 200 <= answer.status < 300 else f"HTTP {answer.status}"
-                return answer.status, error, _retry_after_ms(answer.headers.get("Retry-After"), self._clock.now_ms())
+                if 200 <= answer.status < 300:
+                    return answer.status, "", None
+                retry_after = _retry_after_ms(answer.headers.get("Retry-After"), self._clock.now_ms())
+                return answer.status, f"HTTP {answer.status}", retry_after
         except (aiohttp.ClientError, TimeoutError, ValueError) as error:
             # ValueError: a URL the client cannot send to (stored by a broker that checked less): a failed attempt,
             # backed off and given up like any other, not an error that skips the record
@@ -214,8 +216,9 @@ def _retry_after_ms(value: str | None, now_ms: int) -> int | None:
     """Retry-After in ms: delta seconds or an HTTP date; None when absent or unreadable."""
     if not value:
         return None
-    if value.strip().isdigit():
-        return int(value.strip()) * 1000
+    seconds = value.strip()
+    if seconds.isascii() and seconds.isdigit():  # past 10 digits (over 300 years) it is only later than any window
+        return (int(seconds) if len(seconds) <= 10 else 9_999_999_999) * 1000
     try:
         return max(0, int(parsedate_to_datetime(value).timestamp() * 1000) - now_ms)
     except (TypeError, ValueError):

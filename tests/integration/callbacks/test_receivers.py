@@ -109,3 +109,31 @@ async def _all_delivered(client: TestClient[Any, Any], job_ids: list[str]) -> bo
         if (await job(client, job_id))["callback"]["status"] != "delivered":
             return False
     return True
+
+
+async def test_an_unreadable_retry_after_neither_undoes_a_2xx_nor_stops_the_retries(
+    make_callback_replica: CallbackFactory, aiohttp_server: Any
+) -> None:
+    # Given a receiver that answers with a Retry-After of more digits than an integer is read from: 503, then 200
+    answers = [503, 200]
+    posts: list[int] = []
+
+    async def answer(request: web.Request) -> web.Response:
+        await request.read()
+        posts.append(answers.pop(0) if answers else 200)
+        return web.Response(status=posts[-1], headers={"Retry-After": "9" * 5_000})
+
+    app = web.Application()
+    app.router.add_post("/hook", answer)
+    server: TestServer = await aiohttp_server(app, host="127.0.0.1")
+    replica = await make_callback_replica(callback_retry_window_ms=86_400_000)
+    # When a job calls it back
+    created = await create(replica, {"input": "hello", "callback": {"url": str(server.make_url("/hook"))}})
+    # Then the 503 is a failed attempt whose Retry-After is past the retry window (given up, as for any such
+    # answer), not an error outside the attempt's record
+    callback = await callback_of(replica, created["run_id"], "failed")
+    assert (callback["attempts"], callback["last_error"]) == (1, "HTTP 503")
+    # and a 2xx with such a header is delivered
+    second = await create(replica, {"input": "hello", "callback": {"url": str(server.make_url("/hook"))}})
+    callback = await callback_of(replica, second["run_id"], "delivered")
+    assert (callback["attempts"], callback["last_error"]) == (1, None)
