@@ -176,3 +176,26 @@ async def test_a_late_give_up_from_another_sender_does_not_undo_a_delivery(
 async def _failed_once(store: CallbackStore, job_id: str) -> Owed | None:
     owed = await store.first_owed(job_id)
     return owed if owed is not None and owed.failures == 1 else None
+
+
+async def test_the_end_waits_behind_an_approval_request_in_retry(
+    make_callback_replica: CallbackFactory, receiver: Receiver
+) -> None:
+    # Given a job whose approval request the receiver failed once (it is waiting for its retry)
+    receiver.answers = [503]
+    replica = await make_callback_replica()
+    created = await create(replica, {"input": "please approval", "callback": {"url": receiver.url}})
+    job_id = created["run_id"]
+    await until_calls(receiver, 1)
+    # When the job is approved and completes before that retry
+    answer = await replica.post(f"/v1/runs/{job_id}/approval", json={"choice": "once"})
+    assert answer.status == 200, await answer.text()
+    await settled(replica, job_id)
+    # Then the receiver gets the approval request again first, and only then the end
+    calls = await until_calls(receiver, 3, timeout=20)
+    seen = [(call.payload["type"], call.status) for call in calls]
+    assert seen == [
+        ("job.approval_requested", 503),
+        ("job.approval_requested", 200),
+        ("job.completed", 200),
+    ]
