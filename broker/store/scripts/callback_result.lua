@@ -11,19 +11,18 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('ZREM', KEYS[2], ARGV[1])
   return 0
 end
-local id, outcome = ARGV[2], ARGV[3]
-if outcome == 'defer' then
+local id, outcome, due = ARGV[2], ARGV[3], ARGV[6]
+if outcome == 'defer' then  -- as 'idle', due at ARGV[5]
   if redis.call('HEXISTS', KEYS[1], 'b:' .. id) == 1 then
     redis.call('HINCRBY', KEYS[1], 'd:' .. id, 1)
   end
-  outcome = 'idle'
-  ARGV[6] = ARGV[5]
+  outcome, due = 'idle', ARGV[5]
 end
 if outcome == 'idle' then
   if (redis.call('HGET', KEYS[1], 'queue') or '') == '' then
     redis.call('ZREM', KEYS[2], ARGV[1])
   else
-    redis.call('ZADD', KEYS[2], ARGV[6], ARGV[1])
+    redis.call('ZADD', KEYS[2], due, ARGV[1])
   end
   return 1
 end
