@@ -199,3 +199,25 @@ async def test_the_end_waits_behind_an_approval_request_in_retry(
         ("job.approval_requested", 200),
         ("job.completed", 200),
     ]
+
+
+async def test_a_replica_without_allowed_hosts_owes_the_callbacks_of_the_jobs_it_drives(
+    make_callback_replica: CallbackFactory, receiver: Receiver
+) -> None:
+    # Given a job with a callback, asking for an approval, on a replica that allows the receiver's host
+    first = await make_callback_replica()
+    created = await create(first, {"input": "please approval", "callback": {"url": receiver.url}})
+    job_id = created["run_id"]
+    await until_calls(receiver, 1)
+    await first.close()
+    # When a replica without CALLBACK_ALLOWED_HOSTS (it delivers nothing) takes the job over and ends it
+    bare = await make_callback_replica(callback_allowed_hosts=())
+    answer = await bare.post(f"/v1/runs/{job_id}/approval", json={"choice": "once"})
+    assert answer.status == 200, await answer.text()
+    await settled(bare, job_id)
+    assert (await job(bare, job_id))["callback"]["status"] == "pending"
+    # Then the end was owed in its write: the next replica that delivers calls it back
+    await make_callback_replica()
+    _, ended = await until_calls(receiver, 2)
+    assert ended.headers["webhook-id"] == f"{job_id}:job.completed:1" and ended.verified
+    assert (await callback_of(bare, job_id, "delivered"))["attempts"] == 2
