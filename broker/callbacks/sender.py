@@ -35,7 +35,10 @@ POLL_S = 1.0  #: the longest pause between rounds that found nothing due (a writ
 MAX_DELIVERIES = 32  #: most deliveries in flight on one replica: a round claims no more than the free places
 #: most deliveries in flight to one receiver (scheme, host and port) from one replica: a receiver that never
 #: answers holds these until their timeout, and the other receivers' deliveries keep the remaining places
-MAX_PER_RECEIVER = 8
+MAX_PER_RECEIVER = MAX_DELIVERIES // 2
+#: the longest a delivery waits for a place at its receiver before it looks again (it backs off up to this while
+#: the receiver stays busy): a receiver that is only slow gets its waiting deliveries soon after places free
+MAX_DEFER_MS = 30_000
 MAX_REDIS_BACKOFF_S = 5.0
 
 
@@ -141,7 +144,8 @@ class CallbackSender:
             receiver = _receiver(owed.url)
             if self._receivers[receiver] >= MAX_PER_RECEIVER:
                 # its receiver is busy with this replica's deliveries: try later, backing off as it stays busy
-                due = self._clock.now_ms() + retry_in_ms(owed.deferrals + 1, random.random())
+                pause = min(retry_in_ms(owed.deferrals + 1, random.random()), MAX_DEFER_MS)
+                due = self._clock.now_ms() + pause
                 await self._store.defer(owed, due)
                 return
             self._receivers[receiver] += 1
