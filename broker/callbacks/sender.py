@@ -12,12 +12,15 @@ import asyncio
 import contextlib
 import random
 import time
+from collections import Counter
 from email.utils import parsedate_to_datetime
 
 import aiohttp
 from attrs import field, frozen
+from yarl import URL
 
 from broker.board.signing import signature
+from broker.callbacks.hosts import allowed_url
 from broker.callbacks.outbox import retry_in_ms
 from broker.clock import Clock
 from broker.config import Config
@@ -29,8 +32,13 @@ from broker.tasks import cancel_all
 
 CLAIM_MARGIN_MS = 2_000  #: a claim outlives its attempt by this much
 POLL_S = 1.0  #: the longest pause between rounds that found nothing due (a write of this replica ends it)
-MAX_DELIVERIES = 32  #: past this many deliveries in flight a replica claims no more (a round may claim as many
-#: per partition as there are free places, so this bounds the claiming, loosely, not each round)
+MAX_DELIVERIES = 32  #: most deliveries in flight on one replica: a round claims no more than the free places
+#: most deliveries in flight to one receiver (scheme, host and port) from one replica: a receiver that never
+#: answers holds these until their timeout, and the other receivers' deliveries keep the remaining places
+MAX_PER_RECEIVER = MAX_DELIVERIES // 2
+#: the longest a delivery waits for a place at its receiver before it looks again (it backs off up to this while
+#: the receiver stays busy): a receiver that is only slow gets its waiting deliveries soon after places free
+MAX_DEFER_MS = 30_000
 MAX_REDIS_BACKOFF_S = 5.0
 
 
@@ -41,6 +49,7 @@ class CallbackDelivery:
     timeout_ms: int = 10_000  #: BOARD_TIMEOUT: per attempt
     retry_window_ms: int = 86_400_000  #: CALLBACK_RETRY_WINDOW
     secrets: tuple[bytes, ...] = field(default=(), repr=False)  #: CALLBACK_SIGNING_SECRET's keys
+    allowed_hosts: tuple[str, ...] = ()  #: CALLBACK_ALLOWED_HOSTS: a URL it no longer allows is not called
 
     @classmethod
     def from_config(cls, config: Config) -> CallbackDelivery:
@@ -48,6 +57,7 @@ class CallbackDelivery:
             timeout_ms=config.board_timeout_ms,
             retry_window_ms=config.callback_retry_window_ms,
             secrets=config.callback_signing_secrets,
+            allowed_hosts=config.callback_allowed_hosts,
         )
 
     @property
@@ -80,6 +90,7 @@ class CallbackSender:
         self._clock = clock
         self._metrics = metrics
         self._tasks: set[asyncio.Task[None]] = set()
+        self._receivers: Counter[str] = Counter()  #: deliveries in flight per receiver
         self._owed = asyncio.Event()  #: set when a write of this replica owed a delivery
         self._log = get_logger(type(self))
 
@@ -130,7 +141,20 @@ class CallbackSender:
             if owed is None:
                 await self._store.idle(job_id, self._clock.now_ms())
                 return
-            await self._attempt(owed)
+            receiver = _receiver(owed.url)
+            if self._receivers[receiver] >= MAX_PER_RECEIVER:
+                # its receiver is busy with this replica's deliveries: try later, backing off as it stays busy
+                pause = min(retry_in_ms(owed.deferrals + 1, random.random()), MAX_DEFER_MS)
+                due = self._clock.now_ms() + pause
+                await self._store.defer(owed, due)
+                return
+            self._receivers[receiver] += 1
+            try:
+                await self._attempt(owed)
+            finally:
+                self._receivers[receiver] -= 1
+                if not self._receivers[receiver]:
+                    del self._receivers[receiver]
         except asyncio.CancelledError:
             # Stopping: the job is due again at once, for any sender (else once its claim lapses). An attempt that
             # reached the receiver is made again: at least once.
@@ -145,7 +169,12 @@ class CallbackSender:
 
     async def _attempt(self, owed: Owed) -> None:
         started = time.monotonic()
-        status, error, retry_after_ms = await self._post(owed)
+        if allowed_url(owed.url, self._settings.allowed_hosts):
+            status, error, retry_after_ms = await self._post(owed)
+        else:
+            # taken off the allowlist since the job was created (or not on this replica's): not called, and tried
+            # again like a failed attempt, so a replica that allows it may deliver it within the retry window
+            status, error, retry_after_ms = None, "its host is not in CALLBACK_ALLOWED_HOSTS", None
         now = self._clock.now_ms()
         fields: dict[str, object] = {"job": owed.job_id, "webhookId": owed.webhook_id, "attempt": owed.failures + 1}
         outcome: Outcome
@@ -175,10 +204,15 @@ class CallbackSender:
             async with self._session.post(
                 owed.url, data=owed.body, headers=headers, timeout=timeout, allow_redirects=False
             ) as answer:
-                await answer.read()
-                error = "" if 200 <= answer.status < 300 else f"HTTP {answer.status}"
-                return answer.status, error, _retry_after_ms(answer.headers.get("Retry-After"), self._clock.now_ms())
-        except (aiohttp.ClientError, TimeoutError) as error:
+                # The status is the answer: the body is never read, so a receiver that trickles one cannot hold
+                # an acknowledged delivery until the timeout, nor make this replica keep what it sends.
+                if 200 <= answer.status < 300:
+                    return answer.status, "", None
+                retry_after = _retry_after_ms(answer.headers.get("Retry-After"), self._clock.now_ms())
+                return answer.status, f"HTTP {answer.status}", retry_after
+        except (aiohttp.ClientError, TimeoutError, ValueError) as error:
+            # ValueError: a URL the client cannot send to (stored by a broker that checked less): a failed attempt,
+            # backed off and given up like any other, not an error that skips the record
             return None, repr(error), None
 
 
@@ -186,12 +220,21 @@ def _retry_after_ms(value: str | None, now_ms: int) -> int | None:
     """Retry-After in ms: delta seconds or an HTTP date; None when absent or unreadable."""
     if not value:
         return None
-    if value.strip().isdigit():
-        return int(value.strip()) * 1000
+    seconds = value.strip()
+    if seconds.isascii() and seconds.isdigit():  # past 10 digits (over 300 years) it is only later than any window
+        return (int(seconds) if len(seconds) <= 10 else 9_999_999_999) * 1000
     try:
         return max(0, int(parsedate_to_datetime(value).timestamp() * 1000) - now_ms)
     except (TypeError, ValueError):
         return None
+
+
+def _receiver(url: str) -> str:
+    """The receiver a URL names: its scheme, host and port."""
+    try:
+        return str(URL(url).origin())
+    except ValueError:
+        return url
 
 
 def _since(started: float) -> float:

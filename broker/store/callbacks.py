@@ -7,6 +7,7 @@ partition slot. Jobs without a callback have no hash and are never in a schedule
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Literal, cast
 
@@ -16,7 +17,7 @@ from redis.asyncio import Redis
 from broker.store import keys
 from broker.store.scripts import as_strings, run_many, source
 
-Outcome = Literal["delivered", "retry", "failed", "gone", "idle"]
+Outcome = Literal["delivered", "retry", "failed", "gone", "idle", "defer"]
 _SHOWN = ("url", "status", "attempts", "last_error")
 
 
@@ -54,6 +55,7 @@ class Owed:
     body: bytes
     owed_since_ms: int  #: when the job write owed it (the retry window runs from here)
     failures: int  #: failed attempts so far
+    deferrals: int = 0  #: times it waited for a place at a receiver that had as many deliveries in flight as allowed
 
 
 @frozen(kw_only=True)
@@ -76,8 +78,19 @@ class CallbackStore:
         self._result = redis.register_script(source("callback_result"))
 
     async def claim(self, now_ms: int, lease_ms: int, limit: int) -> list[str]:
-        """Jobs whose next delivery is due, claimed for `lease_ms` (one script per partition, one pipeline)."""
-        calls = [([keys.callbacks_due(partition)], [now_ms, lease_ms, limit]) for partition in keys.partitions()]
+        """At most `limit` jobs whose next delivery is due, the soonest due first across the partitions, claimed
+        for `lease_ms`: one pipeline reads what each partition has due, a second claims (a script per partition
+        that has some of the soonest, each taking its own soonest, so never more than `limit` in all)."""
+        partitions = list(keys.partitions())
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for partition in partitions:
+                pipe.zrangebyscore(keys.callbacks_due(partition), "-inf", now_ms, start=0, num=limit, withscores=True)
+            peeked = cast(list[list[tuple[str, float]]], await pipe.execute())
+        soonest = sorted((score, index) for index, due in enumerate(peeked) for _, score in due)[:limit]
+        taken = Counter(index for _, index in soonest)
+        if not taken:
+            return []
+        calls = [([keys.callbacks_due(partitions[index])], [now_ms, lease_ms, n]) for index, n in taken.items()]
         replies = await run_many(self._redis, self._claim, calls)
         return [job_id for reply in replies for job_id in as_strings(reply)]
 
@@ -95,6 +108,7 @@ class CallbackStore:
             body=fields[f"b:{head}"].encode(),
             owed_since_ms=_number(fields.get(f"s:{head}")),
             failures=_number(fields.get(f"t:{head}")),
+            deferrals=_number(fields.get(f"d:{head}")),
         )
 
     async def record(self, owed: Owed, outcome: Outcome, *, error: str = "", retry_at_ms: int = 0, now_ms: int) -> None:
@@ -102,6 +116,11 @@ class CallbackStore:
         script_keys = [keys.callback(owed.job_id), keys.callbacks_due(keys.partition_of(owed.job_id))]
         args: list[str | int] = [owed.job_id, owed.webhook_id, outcome, error, retry_at_ms, now_ms]
         await self._result(keys=script_keys, args=args)
+
+    async def defer(self, owed: Owed, due_ms: int) -> None:
+        """Make no attempt now: the job is due again at `due_ms`, its delivery counting one more deferral."""
+        script_keys = [keys.callback(owed.job_id), keys.callbacks_due(keys.partition_of(owed.job_id))]
+        await self._result(keys=script_keys, args=[owed.job_id, owed.webhook_id, "defer", "", due_ms, due_ms])
 
     async def idle(self, job_id: str, now_ms: int) -> None:
         """Take a job that owed nothing when read off the schedule, unless a write owed a delivery since."""

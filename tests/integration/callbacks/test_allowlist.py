@@ -6,9 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from aiohttp.test_utils import TestClient
 from redis.asyncio import Redis
 
+from tests.integration.callbacks.conftest import CallbackFactory, Receiver, callback_of, until_calls
 from tests.integration.conftest import ClientFactory
+from tests.integration.driver.conftest import create, eventually, job, settled
 
 ALLOWED = ("hooks.example.com", "*.example.org")
 
@@ -19,6 +22,20 @@ REFUSED = [
     ({"url": "https://user:pw@hooks.example.com/"}, "callback.url", "username or password"),
     ({"url": "ftp://hooks.example.com/"}, "callback.url", "http or https URL"),
     ({"url": "https://hooks.example.com/" + "a" * 2048}, "callback.url", "at most 2048"),
+    # hosts that match the allowlist as text, but that the HTTP client cannot send to (empty labels, a backslash,
+    # bytes no host name has): refused here, not left to fail every delivery attempt for days
+    ({"url": "https://.example.org/hook"}, "callback.url", "host name"),
+    ({"url": "https://a..example.org/hook"}, "callback.url", "host name"),
+    ({"url": "https://hooks.example.com../hook"}, "callback.url", "host name"),
+    ({"url": "https://evil.net\\.example.org/hook"}, "callback.url", "http or https URL"),
+    ({"url": "https://evil.net%2f.example.org/hook"}, "callback.url", "host name"),
+    ({"url": "https://127.0.0.1\u0000.example.org/hook"}, "callback.url", "http or https URL"),
+    ({"url": "https://evil.net .example.org/hook"}, "callback.url", "http or https URL"),
+    ({"url": "https://hooks.example.com/\r\nX-Injected: 1"}, "callback.url", "http or https URL"),
+    ({"url": "https://-a.example.org/hook"}, "callback.url", "host name"),
+    ({"url": "https://[::1]/hook"}, "callback.url", "host name"),  # an IPv6 literal: the allowlist names none
+    ({"url": "https://hooks.example.com.evil.net./"}, "callback.url", "not in CALLBACK_ALLOWED_HOSTS"),
+    ({"url": "https://evil-example.org/"}, "callback.url", "not in CALLBACK_ALLOWED_HOSTS"),
     ({"url": 5}, "callback.url", "http or https URL"),
     ({}, "callback.url", "http or https URL"),
     (["https://hooks.example.com/"], "callback", "must be an object"),
@@ -54,7 +71,14 @@ async def test_without_allowed_hosts_every_callback_is_refused(make_client: Clie
 
 
 @pytest.mark.parametrize(
-    "url", ["https://hooks.example.com/h", "http://HOOKS.example.com:8443/h", "https://a.b.example.org/"]
+    "url",
+    [
+        "https://hooks.example.com/h",
+        "http://HOOKS.example.com:8443/h",
+        "https://a.b.example.org/",
+        "https://hooks.example.com./h",  # the same host, written as an absolute name
+        "https://b\u00fccher.example.org/",  # an IDN label under an allowed suffix (sent as xn--bcher-kva)
+    ],
 )
 async def test_an_allowed_host_is_taken_and_shown_pending(make_client: ClientFactory, url: str) -> None:
     client = await make_client(callback_allowed_hosts=ALLOWED)
@@ -79,3 +103,28 @@ async def test_a_replay_never_changes_a_jobs_callback(make_client: ClientFactory
         replayed = await again.json()
         # Then the job keeps its first callback
         assert replayed["replayed"] is True and replayed["callback"] == created["callback"]
+
+
+async def test_a_host_taken_off_the_allowlist_is_never_called_again(
+    make_callback_replica: CallbackFactory, receiver: Receiver
+) -> None:
+    # Given a job whose callback host was allowed when it was created, and that was called back once
+    first = await make_callback_replica()
+    created = await create(first, {"input": "please approval", "callback": {"url": receiver.url}})
+    job_id = created["run_id"]
+    await until_calls(receiver, 1)
+    await callback_of(first, job_id, "delivered")
+    # When the operator takes that host off CALLBACK_ALLOWED_HOSTS (the replica is replaced by one without it)
+    await first.close()
+    second = await make_callback_replica(callback_allowed_hosts=("hooks.example.com",))
+    answer = await second.post(f"/v1/runs/{job_id}/approval", json={"choice": "once"})
+    assert answer.status == 200, await answer.text()
+    await settled(second, job_id)
+    # Then the job's end is not POSTed there: the attempt fails naming the allowlist, and the receiver heard nothing
+    callback = await eventually(lambda: _failed_on_allowlist(second, job_id))
+    assert callback["status"] == "pending" and len(receiver.calls) == 1
+
+
+async def _failed_on_allowlist(client: TestClient[Any, Any], job_id: str) -> dict[str, Any] | None:
+    callback: dict[str, Any] = (await job(client, job_id))["callback"]
+    return callback if "CALLBACK_ALLOWED_HOSTS" in (callback["last_error"] or "") else None

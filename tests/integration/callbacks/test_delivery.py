@@ -6,6 +6,7 @@ from __future__ import annotations
 from redis.asyncio import Redis
 
 from broker.store import keys
+from broker.store.callbacks import CallbackStore, Owed
 from tests.conftest import BOTH_BACKENDS
 from tests.integration.callbacks.conftest import (
     CallbackFactory,
@@ -150,3 +151,73 @@ async def test_a_delivery_past_its_retry_window_is_given_up(
     assert (callback["attempts"], callback["last_error"]) == (1, "HTTP 500")
     assert await redis.zscore(keys.callbacks_due(keys.partition_of(job_id)), job_id) is None
     assert attempts(replica, "failed") == 1 and len(receiver.calls) == 1
+
+
+async def test_a_late_give_up_from_another_sender_does_not_undo_a_delivery(
+    make_callback_replica: CallbackFactory, receiver: Receiver, redis: Redis
+) -> None:
+    # Given a job whose delivery failed once and is due again
+    receiver.answers = [503]
+    replica = await make_callback_replica()
+    created = await create(replica, {"input": "hello", "callback": {"url": receiver.url}})
+    job_id = created["run_id"]
+    await until_calls(receiver, 1)
+    store = CallbackStore(redis)
+    owed = await eventually(lambda: _failed_once(store, job_id))
+    # When one sender's attempt is acknowledged, and another sender's attempt of the same delivery, made at the
+    # same time (its claim had lapsed), comes back after it past the retry window
+    await store.record(owed, "delivered", now_ms=owed.owed_since_ms + 1)
+    await store.record(owed, "failed", error="HTTP 503", now_ms=owed.owed_since_ms + 2)
+    # Then the delivery stays delivered: the receiver has it
+    callback = (await job(replica, job_id))["callback"]
+    assert callback["status"] == "delivered", callback
+
+
+async def _failed_once(store: CallbackStore, job_id: str) -> Owed | None:
+    owed = await store.first_owed(job_id)
+    return owed if owed is not None and owed.failures == 1 else None
+
+
+async def test_the_end_waits_behind_an_approval_request_in_retry(
+    make_callback_replica: CallbackFactory, receiver: Receiver
+) -> None:
+    # Given a job whose approval request the receiver failed once (it is waiting for its retry)
+    receiver.answers = [503]
+    replica = await make_callback_replica()
+    created = await create(replica, {"input": "please approval", "callback": {"url": receiver.url}})
+    job_id = created["run_id"]
+    await until_calls(receiver, 1)
+    # When the job is approved and completes before that retry
+    answer = await replica.post(f"/v1/runs/{job_id}/approval", json={"choice": "once"})
+    assert answer.status == 200, await answer.text()
+    await settled(replica, job_id)
+    # Then the receiver gets the approval request again first, and only then the end
+    calls = await until_calls(receiver, 3, timeout=20)
+    seen = [(call.payload["type"], call.status) for call in calls]
+    assert seen == [
+        ("job.approval_requested", 503),
+        ("job.approval_requested", 200),
+        ("job.completed", 200),
+    ]
+
+
+async def test_a_replica_without_allowed_hosts_owes_the_callbacks_of_the_jobs_it_drives(
+    make_callback_replica: CallbackFactory, receiver: Receiver
+) -> None:
+    # Given a job with a callback, asking for an approval, on a replica that allows the receiver's host
+    first = await make_callback_replica()
+    created = await create(first, {"input": "please approval", "callback": {"url": receiver.url}})
+    job_id = created["run_id"]
+    await until_calls(receiver, 1)
+    await first.close()
+    # When a replica without CALLBACK_ALLOWED_HOSTS (it delivers nothing) takes the job over and ends it
+    bare = await make_callback_replica(callback_allowed_hosts=())
+    answer = await bare.post(f"/v1/runs/{job_id}/approval", json={"choice": "once"})
+    assert answer.status == 200, await answer.text()
+    await settled(bare, job_id)
+    assert (await job(bare, job_id))["callback"]["status"] == "pending"
+    # Then the end was owed in its write: the next replica that delivers calls it back
+    await make_callback_replica()
+    _, ended = await until_calls(receiver, 2)
+    assert ended.headers["webhook-id"] == f"{job_id}:job.completed:1" and ended.verified
+    assert (await callback_of(bare, job_id, "delivered"))["attempts"] == 2

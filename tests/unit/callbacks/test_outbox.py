@@ -104,3 +104,10 @@ def test_retry_after_reads_seconds_or_an_http_date() -> None:
     assert _retry_after_ms("120", now_ms) == 120_000
     assert _retry_after_ms("Thu, 01 Dec 2026 10:00:00 GMT", 1_796_119_200_000 - 30_000) == 30_000
     assert _retry_after_ms("soon", now_ms) is None and _retry_after_ms(None, now_ms) is None
+
+
+@pytest.mark.parametrize("value", ["\u00b2", "9" * 5_000, "1\u00b9"])
+def test_a_retry_after_of_odd_digits_is_read_without_raising(value: str) -> None:
+    # unicode digits are not seconds; a number past any retry window reads as one
+    found = _retry_after_ms(value, 0)
+    assert found is None or found >= 86_400_000
