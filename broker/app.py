@@ -49,6 +49,7 @@ from broker.http.appkeys import (
     service_key,
     snapshot_key,
     store_key,
+    usage_key,
 )
 from broker.http.render import job_object
 from broker.http.snapshot import LineSnapshot
@@ -59,6 +60,7 @@ from broker.jobs.fair_top import FairTopUpkeep
 from broker.jobs.memory_watch import MemoryWatch
 from broker.jobs.policy import Policy
 from broker.jobs.service import JobService
+from broker.jobs.usage import UsageSweep
 from broker.jobs.writer import Writer
 from broker.logging import get_logger
 from broker.metrics import Metrics
@@ -77,6 +79,7 @@ from broker.store.migrate import MIGRATION_COMMAND, legacy_keys
 from broker.store.scripts import Scripts
 from broker.store.sessions import SessionStore
 from broker.store.upstream_admission import slots_of
+from broker.store.usage import UsageStore
 from broker.tasks import cancel_all
 from projections.job import JobView
 
@@ -103,7 +106,7 @@ def create_app(
     `drive=False` serves the API without driving jobs (tests of the HTTP surface alone); `hermes` replaces the
     first upstream's client; `replica` is this process's id (the one its log lines carry; a new one if None).
     """
-    services: list[Context] = [_redis_context(redis_url or config.redis_url)]
+    services: list[Context] = [_redis_context(redis_url or config.redis_url), _usage_context]
     if drive:
         services.extend((_driver_context, _fair_top_context))
     if config.runs_delta_retention_ms:
@@ -167,6 +170,7 @@ def _redis_context(url: str | None) -> Context:
             delta_retention_ms=config.runs_delta_retention_ms,
             virtual=virtual,
         )
+        app[usage_key] = UsageStore(redis, retention_ms=config.runs_retention_ms)
         app[admission_key] = AdmissionStore(
             redis,
             Pacing.from_config(config),
@@ -245,6 +249,14 @@ async def _deltas_context(app: web.Application) -> AsyncIterator[None]:
     """Every replica sweeps the delta schedules (SPEC S3.6)."""
     every_s = min(SWEEP_S, app[config_key].runs_delta_retention_ms / 2000)
     sweep = DeltaSweep(DeltaSchedule(app[redis_key]), app[clock_key], every_s=every_s)
+    sweep.start()
+    yield
+    await sweep.stop()
+
+
+async def _usage_context(app: web.Application) -> AsyncIterator[None]:
+    """Every replica counts the usage facts its and the others' job writes left (SPEC S4.5)."""
+    sweep = UsageSweep(app[usage_key], app[clock_key], app[metrics_key])
     sweep.start()
     yield
     await sweep.stop()

@@ -102,6 +102,16 @@ class Metrics:
             mark = high * node.maxmemory
             self.redis_guard.labels(node.node).set(need(node, NOTHING) / mark if mark > 0 else 0)
         self.redis_refusing.set(int(refusing))
+        #: what the runs this replica counted used (SPEC S4.5); each run is counted by one replica, so the sum over
+        #: replicas is the whole broker's
+        self.hermes_seconds = Counter(
+            "hbr_hermes_seconds", "Hermes slot time of settled runs (counted by this replica).", registry=r
+        )
+        self.tokens = Counter(
+            "hbr_tokens", "Tokens of completed runs by kind (counted by this replica).", ["kind"], registry=r
+        )
+        for kind in ("input", "output", "total"):
+            self.tokens.labels(kind)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -61,6 +61,9 @@ class JobView:
     attempt: int = 1  #: the attempt being driven (accepted or not yet)
     attempts: int = 0  #: runs Hermes accepted
     accepted_attempt: int = 0  #: the last attempt Hermes accepted (== attempt: the current run is live)
+    #: when Hermes accepted the run that holds a slot now (its Hermes time runs from here, SPEC S4.5); None: no run
+    #: holds one (not accepted yet, interrupted, ended), or the view was stored before it was kept
+    live_since_ms: int | None = None
     hold_count: int = 0  #: consecutive holds of the current attempt (the backoff exponent)
     approval_command: str | None = None  #: command of the last approval.request of the current run
     event_count: int = 0  #: events stored in the job's stream (RUNS_EVENTS_MAXLEN)
@@ -137,6 +140,7 @@ def _apply_live(view: JobView, event: JobEvent) -> JobView:
                 attempt=attempt,
                 attempts=view.attempts + 1,
                 accepted_attempt=attempt,
+                live_since_ms=at,
                 hermes_run_id=run_id,
                 upstream=upstream,
                 hold=None,
@@ -150,8 +154,9 @@ def _apply_live(view: JobView, event: JobEvent) -> JobView:
             return _hermes_event(view, event)
         case DeltasDropped(count=count):
             return evolve(view, dropped_deltas=view.dropped_deltas + count)
-        case RunInterrupted(at_ms=at):
-            return evolve(view, last_event="job.interrupted", updated_at_ms=at)
+        case RunInterrupted(at_ms=at, attempt=attempt):
+            live = None if attempt == view.accepted_attempt else view.live_since_ms
+            return evolve(view, last_event="job.interrupted", live_since_ms=live, updated_at_ms=at)
         case RunResubmitted(attempt=attempt, at_ms=at):
             status = JobStatus.RUNNING if view.status is JobStatus.WAITING_FOR_APPROVAL else view.status
             return evolve(
@@ -205,6 +210,7 @@ def _finished(view: JobView, event: JobFinished) -> JobView:
         view,
         status=event.status,
         hold=None,
+        live_since_ms=None,
         output=event.output,
         usage=event.usage,
         error_code=event.error_code,

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 from aiohttp import web
 
-from broker.http import health, listing, openapi, routes, sse
+from broker.http import health, listing, openapi, routes, sse, usage
 from broker.http.appkeys import inflight_key
 from broker.http.errors import Handler, error_middleware
 from broker.http.protocol import envelope_protocol_errors
@@ -35,6 +35,7 @@ def web_app(services: Sequence[Context]) -> web.Application:
     app.cleanup_ctx.extend(services)
     routes.register(app)
     listing.register(app)
+    usage.register(app)
     sse.register(app)
     health.register(app)
     openapi.register(app)

@@ -18,6 +18,7 @@ from broker.metrics import Metrics
 from broker.store.admission import AdmissionStore
 from broker.store.callbacks import CallbackStore
 from broker.store.jobs import JobStore
+from broker.store.usage import UsageStore
 
 admission_key = web.AppKey("admission", AdmissionStore)
 config_key = web.AppKey("config", Config)
@@ -26,6 +27,7 @@ metrics_key = web.AppKey("metrics", Metrics)
 redis_key = web.AppKey("redis", Redis)
 service_key = web.AppKey("service", JobService)
 store_key = web.AppKey("store", JobStore)
+usage_key = web.AppKey("usage", UsageStore)  #: each fairness key's hourly usage (SPEC S4.5)
 hermes_key = web.AppKey("hermes", HermesClient)  #: the first upstream's client (SPEC S10)
 fleet_key = web.AppKey("fleet", Fleet)  #: every upstream with its client
 draining_key = web.AppKey("draining", list[bool])  #: a one-element flag, set on SIGTERM

@@ -16,9 +16,11 @@ from broker.errors import Busy, JobNotFound, StreamConflict
 from broker.events import JobCreated, JobEvent
 from broker.jobs import journal
 from broker.metrics import Metrics
+from broker.store import usage as usage_store
 from broker.store.callbacks import CallbackWrite
 from broker.store.jobs import BoardWrite, Created, JobStore, Snapshot
 from projections import board as board_projection
+from projections import usage
 from projections.job import JobView, apply, fold
 
 MAX_CONFLICTS = 50
@@ -80,6 +82,7 @@ class Writer:
                     before=snapshot.view,
                     release=released is not None,
                     callback=(callback := self._callback_write(snapshot.view, events)),
+                    usage=await self._usage(job_id, snapshot.view, events),
                 )
             except StreamConflict:
                 log.debug("Retried an append after a concurrent write.", extra={"job": job_id})
@@ -109,6 +112,14 @@ class Writer:
             now_ms=self._clock.now_ms(),
             ttl_ms=settings.ttl_ms,
         )
+
+    async def _usage(self, job_id: str, before: JobView, events: Sequence[JobEvent]) -> list[tuple[int, bytes]]:
+        """What the events add to their key's usage (SPEC S4.5), written with them. A view stored before it kept its
+        run's acceptance time is refolded from the stream (once, when that run settles)."""
+        if usage.needs_history(before, events):
+            refolded = fold(event for _, event in await self.store.read(job_id))
+            before = refolded or before
+        return [(used.at_ms, usage_store.encode(used)) for used in usage.facts(before, events)]
 
     async def load(self, job_id: str) -> Snapshot:
         snapshot = await self.store.load(job_id)

@@ -172,13 +172,16 @@ class JobStore:
         before: JobView | None = None,
         release: bool = False,
         callback: CallbackWrite | None = None,
+        usage: Sequence[tuple[int, bytes]] = (),
     ) -> list[str]:
         """Append `events` with `view` (their fold); raise StreamConflict, LeaseLost or JobNotFound.
 
         `due_at`: the job's next wake-up in the due schedule, set in the same write; `before`: the view the
         events were folded onto (its listing entry then moves only when the status or updated_at changed);
         `release`: when the write ends the job, `lease_token`'s run lease is released in it too (as
-        Leases.release(due_at_ms=None) would); `callback`: the callback deliveries the events owe (SPEC S5.8)."""
+        Leases.release(due_at_ms=None) would); `callback`: the callback deliveries the events owe (SPEC S5.8);
+        `usage`: (when, fact) of what the events add to their key's usage (SPEC S4.5), kept in the job's partition
+        until the usage sweep counts them."""
         reply = await self._write(
             job_id,
             events,
@@ -190,6 +193,7 @@ class JobStore:
             before=before,
             release=release,
             callback=callback,
+            usage=usage,
         )
         match reply[0]:
             case "OK":
@@ -221,6 +225,7 @@ class JobStore:
         release: bool = False,
         callback: CallbackWrite | None = None,
         bound: tuple[Bound, bounds.Counted] | None = None,
+        usage: Sequence[tuple[int, bytes]] = (),
     ) -> list[str]:
         """One append_events.lua over the job's partition (one slot; on a single Redis also the work stream,
         when `ring`, and the turns of a new job's fairness key, `turn`); acknowledged after WAIT when asked."""
@@ -266,7 +271,7 @@ class JobStore:
         }
         if runs:  # what packed entries leave out, kept once in the view hash (broker/store/entries.py)
             write["runs"] = [item for field_run in runs.items() for item in field_run]
-        script_keys = self._script_keys(job_id, write, turn, callback, bound)
+        script_keys = self._script_keys(job_id, write, turn, callback, bound, usage)
         args = [orjson.dumps(write), encode_view(view), state, report, *stored]
         if self._batch is not None:
             return as_strings(await self._batch.run(self._scripts.append_events, script_keys, args))
@@ -279,10 +284,12 @@ class JobStore:
         turn: tuple[str, list[str | int]] | None,
         callback: CallbackWrite | None,
         bound: tuple[Bound, bounds.Counted] | None,
+        usage: Sequence[tuple[int, bytes]],
     ) -> list[str]:
         """append_events.lua's KEYS; with the line, the top zset where the key's count is mirrored (SPEC S4.2);
         with owed callbacks, the job's callback hash and its partition's schedule (SPEC S5.8); with a create's
-        `bound`, the partitions' counts it checks (SPEC S4.4)."""
+        `bound`, the partitions' counts it checks (SPEC S4.4); with usage facts, the partition's zset of them
+        (SPEC S4.5)."""
         script_keys = [*write_keys(job_id), *([] if self._cluster else [keys.WORK]), *([turn[0]] if turn else [])]
         if "line" in write:
             script_keys.append(keys.fair_top(keys.partition_of(job_id)))
@@ -292,6 +299,10 @@ class JobStore:
             write["callback"] = callback.fields(len(script_keys) - 1, len(script_keys))
         if bound is not None:
             bounds.add(script_keys, write, *bound, cluster=self._cluster, job_id=job_id)
+        if usage:
+            script_keys.append(keys.usage_pending(keys.partition_of(job_id)))
+            items = [item for when, fact in usage for item in (str(when), fact.decode())]
+            write["usage"] = {"key": str(len(script_keys)), "items": items}
         return script_keys
 
     def _ending(self, view: JobView, *, release: bool) -> dict[str, str]:

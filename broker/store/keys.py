@@ -59,11 +59,21 @@ hbr:{pN}:session-history:<S> list    the session's latest completed turns (job i
                                                                                        last write; a turn's end
 hbr:{pN}:sessions            hash    `waiting`: the partition's turns waiting for       none; as session-turns
                                      their session (SPEC S4.3: /readyz)
+hbr:{pN}:usage               zset    usage facts of the partition's jobs not yet        none; job write,
+                                     counted (SPEC S4.5): member = the fact (JSON),    usage sweep (each replica)
+                                     score = when it happened (broker/store/usage.py)
 hbr:{pN}:scratch             stream  a job stream's compacted copy, renamed over it    exists only inside a job write
 hbr:{pN}:J:compact           stream  the job's stream without its deltas, built in     the events' TTL; the delta
                                      slices (S3.6); its last id is how far the slices   sweep, copied over the
                                      read; copied over the events when they reach the   events at the end
                                      end (remove_deltas.lua)
+hbr:{u:H}:keys               hash    one hour's usage per fairness key (SPEC S4.5):     RUNS_RETENTION after the
+                                     fairness key -> its eight counters, comma-joined   hour; usage_record.lua
+                                     (projections/usage.py FIELDS); H = the hour's
+                                     start, epoch seconds
+hbr:{u:H}:top                zset    fairness key -> its Hermes ms in the hour          as `keys`
+hbr:{u:H}:seen               set     the facts counted in the hour (their markers), so  as `keys`
+                                     a fact read again is counted once
 hbr:{work}                   stream  doorbells (hints): `line` / `job`; group drivers   acked+deleted; after writes
 hbr:{board}:bell             stream  cluster only: a board version was written (hint)  ~1000; after job writes
 hbr:format                   string  `packed`: replicas may write packed events         none; startup of a fresh
@@ -315,6 +325,30 @@ def runs_index(partition: int, status: str) -> str:
 def deltas(partition: int) -> str:
     """Finished jobs of the partition whose message deltas are still stored -> when they are removed (S3.6)."""
     return f"{_tag(partition)}:deltas"
+
+
+def usage_pending(partition: int) -> str:
+    """Usage facts of the partition's jobs that are written but not yet counted in their hour (SPEC S4.5)."""
+    return f"{_tag(partition)}:usage"
+
+
+@frozen
+class UsageKeys:
+    """One hour's usage keys, all in one slot (the hour's tag): the counters, the ranking, the markers."""
+
+    counters: str
+    top: str
+    seen: str
+
+    @property
+    def all(self) -> list[str]:
+        return [self.counters, self.top, self.seen]
+
+
+def usage(hour_s: int) -> UsageKeys:
+    """The usage keys of the hour that starts at `hour_s` (epoch seconds)."""
+    tag = f"{PREFIX}:{{u:{hour_s}}}"
+    return UsageKeys(f"{tag}:keys", f"{tag}:top", f"{tag}:seen")
 
 
 def scratch(partition: int) -> str:

@@ -56,6 +56,7 @@ NAMES = (
     "session_history",
     "callback_claim",
     "callback_result",
+    "usage_record",
 )
 
 
@@ -98,6 +99,7 @@ class Scripts:
         self.session_turn: AsyncScript = redis.register_script(source("session_turn"))
         self.session_release: AsyncScript = redis.register_script(source("session_release"))
         self.session_history: AsyncScript = redis.register_script(source("session_history"))
+        self.usage_record: AsyncScript = redis.register_script(source("usage_record"))
 
     async def run(
         self,

@@ -16,6 +16,7 @@
 --   or leaves the line
 -- KEYS[bound.key.first..last] partition fair hashes, KEYS[bound.all.first..last] partition lines: with `bound`
 --   (on a single Redis every partition's; on a cluster the job's own: one slot)
+-- KEYS[w.usage.key] partition usage zset (facts not yet counted in their hour, SPEC S4.5): with `usage`
 -- ARGV[1] the write, a JSON object of strings:
 --   job        the job id
 --   expect     '' = do not check, '$new' = create only if the job does not exist, else the expected last id
@@ -58,6 +59,8 @@
 --              ttl (ms the hash lives from the job's terminal write), add: [{id, body}]}: each owed delivery
 --              joins the hash's queue (an id owed already is not owed twice) and the job is due at once,
 --              unless a delivery of it is due or claimed already; nothing after a 410 (`status` gone)
+--   usage      present: {key (the index in KEYS of the partition's usage zset), items: [score, fact, ...]}: what
+--              the events add to their fairness key's usage, counted in its hour by the usage sweep
 --   board      present: a new board version {at, change ('1' = state change), expire (epoch ms),
 --              refresh (ms), now (epoch ms)}
 --   bound      with '$new', present: the waiting bounds the job must be under to join (SPEC S4.4), checked before
@@ -192,6 +195,9 @@ if w.due then
 end
 if w.deltas then
   redis.call('ZADD', KEYS[last_status + 1], w.deltas, w.job)
+end
+if w.usage then
+  redis.call('ZADD', KEYS[tonumber(w.usage.key)], unpack(w.usage.items))
 end
 if w.ring and KEYS[last_status + 2] then
   redis.call('XADD', KEYS[last_status + 2], 'MAXLEN', '~', 100000, '*', w.ring, w.job)
