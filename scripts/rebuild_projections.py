@@ -8,8 +8,10 @@ Configured like the broker: REDIS_URL (unset: the embedded Redis of DATA_DIR, th
 there, else started for the run and stopped after), and BOARD_ENABLED / BOARD_PLATFORM / HERMES_TTL /
 BOARD_REFRESH_INTERVAL for the board reports. Every job stream is folded from `0-0` with the same pure
 functions the broker uses; a missing, undecodable or different view, board state or latest board report
-is a difference (one JSON line per job on stdout, with the job id). --write recreates it as a job write
-would have, only if no event was appended since the stream was read, so it is safe beside live replicas.
+is a difference (one JSON line per job on stdout, with the job id), and so is each fairness key's hourly
+usage bucket that is not what the streams add up to (one line per hour and key, SPEC S4.5). --write
+recreates a job's projections as a job write would have, only if no event was appended since the stream
+was read, and an hour's usage only if no replica counted a run there since, so it is safe beside live replicas.
 Progress goes to stderr; the last stdout line is the summary. Exit code 1 when differences were found in a
 dry run, or when --write could not replace one of them.
 """
@@ -25,6 +27,7 @@ from collections.abc import AsyncIterator
 
 import orjson
 from helpformat import HelpFormatter
+from redis.asyncio import Redis
 
 from broker.clock import SystemClock
 from broker.config import Config
@@ -35,6 +38,8 @@ from broker.store.jobs import JobStore
 from broker.store.listing import IndexRepair
 from broker.store.opener import store_url
 from broker.store.rebuild import RebuildStore
+from broker.store.usage import UsageStore
+from broker.usage_rebuild import rebuild_usage
 from projections import job as job_projection
 
 
@@ -59,6 +64,8 @@ async def rebuild(config: Config, redis_url: str, *, write: bool, job: str | Non
         job_ids = one(job) if job is not None else JobStore(redis, retention_ms=1).job_ids()
         totals = await runner.run(job_ids, outcome, progress, progress_every=every)
         await rebuild_index(JobStore(redis, retention_ms=1), IndexRepair(redis), totals, write=write, job=job)
+        if job is None:
+            await rebuild_usage_buckets(config, JobStore(redis, retention_ms=1), redis, totals, write=write)
     finally:
         await redis.aclose()
     _note(totals, "done, ", started)
@@ -76,6 +83,23 @@ async def rebuild_index(store: JobStore, repair: IndexRepair, totals: Totals, *,
             _index_difference(totals, job_id, "missing or misplaced", write)
     for job_id in await repair.dangling(write=write) if job is None else []:
         _index_difference(totals, job_id, "the job is gone", write)
+
+
+async def rebuild_usage_buckets(config: Config, store: JobStore, redis: Redis, totals: Totals, *, write: bool) -> None:
+    """Each fairness key's hourly usage (SPEC S4.5) from the streams: each bucket that differs is one line (the
+    hour, the key, the stored and the rebuilt counters); `--write` replaces its hour."""
+    usage = UsageStore(redis, retention_ms=config.runs_retention_ms)
+    now_ms = int(time.time() * 1000)
+    outcome = await rebuild_usage(
+        store, usage, store.job_ids(), now_ms=now_ms, retention_ms=config.runs_retention_ms, write=write
+    )
+    for difference in outcome.differences:
+        totals.differing += 1
+        line = difference.line()
+        if write:
+            line["replaced"] = difference.hour in outcome.replaced
+            totals.replaced += difference.hour in outcome.replaced
+        print(orjson.dumps(line).decode(), flush=True)
 
 
 def _index_difference(totals: Totals, job_id: str, problem: str, write: bool) -> None:

@@ -57,6 +57,7 @@ NAMES = (
     "callback_claim",
     "callback_result",
     "usage_record",
+    "usage_replace",
 )
 
 
@@ -100,6 +101,7 @@ class Scripts:
         self.session_release: AsyncScript = redis.register_script(source("session_release"))
         self.session_history: AsyncScript = redis.register_script(source("session_history"))
         self.usage_record: AsyncScript = redis.register_script(source("usage_record"))
+        self.usage_replace: AsyncScript = redis.register_script(source("usage_replace"))
 
     async def run(
         self,

@@ -66,14 +66,19 @@ class Pending:
 class UsageStore:
     def __init__(self, redis: Redis, *, retention_ms: int) -> None:
         self._redis = redis
-        self._script = Scripts(redis).usage_record
+        scripts = Scripts(redis)
+        self._script = scripts.usage_record
+        self._replace = scripts.usage_replace
         self._retention_ms = retention_ms
 
-    async def pending(self, now_ms: int) -> list[Pending]:
-        """Facts written up to `now_ms`, up to BATCH per partition (one pipeline)."""
+    async def pending(self, now_ms: int, most: int | None = BATCH) -> list[Pending]:
+        """Facts written up to `now_ms`, up to `most` per partition (None: all; one pipeline)."""
         async with self._redis.pipeline(transaction=False) as pipe:
             for partition in keys.partitions():
-                pipe.zrange(keys.usage_pending(partition), "-inf", now_ms, byscore=True, offset=0, num=BATCH)
+                if most is None:
+                    pipe.zrange(keys.usage_pending(partition), "-inf", now_ms, byscore=True)
+                else:
+                    pipe.zrange(keys.usage_pending(partition), "-inf", now_ms, byscore=True, offset=0, num=most)
             replies = cast(list[list[object]], await pipe.execute())
         return [
             Pending(partition, text(member), decode(text(member)))
@@ -88,7 +93,7 @@ class UsageStore:
             hours[hour_of(used.at_ms)].append(index)
         calls: list[tuple[Sequence[str], Args]] = []
         for hour, indexes in hours.items():
-            args: list[str | int] = [(hour * 1000 + HOUR_MS) + self._retention_ms]
+            args: list[str | int] = [self.expiry(hour)]
             for index in indexes:
                 used = facts[index]
                 args.extend((used.marker, used.key, *used.counts()))
@@ -120,6 +125,26 @@ class UsageStore:
                 pipe.sismember(keys.usage(hour_of(used.at_ms)).seen, used.marker)
             replies = await pipe.execute()
         return [bool(reply) for reply in replies]
+
+    async def hours(self, hours: Sequence[int]) -> list[dict[str, Counters]]:
+        """Every key's counters in each of `hours` (one pipeline; for the rebuild)."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for hour in hours:
+                pipe.hgetall(keys.usage(hour).counters)
+            replies = cast(list[dict[object, object]], await pipe.execute())
+        return [{text(key): _counters(value) for key, value in reply.items()} for reply in replies]
+
+    async def replace(self, hour: int, counters: dict[str, Counters], markers: Sequence[str]) -> bool:
+        """Replace the hour's usage with `counters` (the facts of `markers`) unless it counted a fact not among them
+        since (False: refused)."""
+        args: list[str | int] = [self.expiry(hour), len(markers), *markers]
+        for key, values in counters.items():
+            args.extend((key, ",".join(map(str, values)), values[FIELDS.index("hermes_ms")]))
+        return int(cast(int, await self._replace(keys=keys.usage(hour).all, args=args))) == 1
+
+    def expiry(self, hour: int) -> int:
+        """When an hour's usage keys expire: RUNS_RETENTION after the hour's end (epoch ms)."""
+        return hour * 1000 + HOUR_MS + self._retention_ms
 
     async def buckets(self, key: str, hours: Sequence[int]) -> list[Counters]:
         """The key's counters in each of `hours` (epoch seconds), in one pipeline."""

@@ -37,10 +37,13 @@ from broker.store.rebuild import RebuildStore, Replacement
 from broker.store.scripts import NAMES, source
 from broker.store.sessions import SessionStore
 from broker.store.upstream_admission import slots_of
+from broker.store.usage import UsageStore
+from broker.store.usage import encode as encode_fact
 from broker.upstreams import build
 from broker.upstreams.health import Heard
 from projections.board import BoardState
 from projections.job import apply, fold
+from projections.usage import Used
 from tests.conftest import RedisServer
 
 Operation = Callable[[Redis], Awaitable[object]]
@@ -347,6 +350,22 @@ async def _session_turns(redis: Redis) -> object:
     return await store.release("s-1", JOB, 1_002, completed=True)
 
 
+async def _usage(redis: Redis) -> object:
+    await _create(redis)
+    store = JobStore(redis, retention_ms=60_000)
+    snapshot = await store.load(JOB)
+    assert snapshot is not None
+    event = JobCreated(job_id=JOB, at_ms=1_000, body='{"input":"x"}', fingerprint="f")
+    fact = Used(marker=f"{JOB}:1:a", key="team-a", at_ms=1_000, runs_started=1)
+    await store.append(JOB, [event], snapshot.view, expected_last_id=None, usage=[(1_000, encode_fact(fact))])
+    usage = UsageStore(redis, retention_ms=60_000)
+    pending = await usage.pending(2_000)
+    other_hour = Used(marker=f"{JOB}:end", key="team-a", at_ms=4_000_000, runs_completed=1, hermes_ms=5)
+    assert await usage.count([fact, other_hour]) == [True, True]  # one usage_record.lua per hour
+    await usage.clear(pending)
+    return await usage.totals(["team-a"], [0, 3600])
+
+
 SINGLE_SLOT: list[tuple[str, Operation]] = [
     ("append_events (create)", _create),
     ("bounded create: the other partitions read, then append_events checks its own (SPEC S4.4)", _create_bounded),
@@ -382,6 +401,7 @@ SINGLE_SLOT: list[tuple[str, Operation]] = [
     ("listing read of one status", _list_one_status),
     ("listing read over two statuses", _list_statuses),
     ("session_turn + session_history + session_release (a session's turns, SPEC S4.3)", _session_turns),
+    ("append_events with usage facts + usage_record (each hour's usage, SPEC S4.5)", _usage),
 ]
 
 #: The scripts each operation above runs (every script of the store must be covered).
@@ -391,7 +411,7 @@ COVERED = {
     "admission_requeue", "admission_enter", "admission_fair_clear", "admission_ties", "fair_turn",
     "replace_view", "remove_deltas", "board_ack", "board_promote", "release_lock",
     "reindex_job", "upstream_heard", "upstream_probe", "line_figures", "fair_top_repair", "session_turn",
-    "session_release", "session_history", "callback_claim", "callback_result",
+    "session_release", "session_history", "callback_claim", "callback_result", "usage_record",
 }  # fmt: skip
 
 
@@ -434,6 +454,7 @@ def test_every_key_of_a_job_write_maps_to_one_slot(job_id: str) -> None:
         keys.runs(partition),
         keys.callback(job_id),
         keys.callbacks_due(partition),
+        keys.usage_pending(partition),
     ]
     assert len({key_slot(key.encode()) for key in job_write}) == 1
     admission = [keys.ADMISSION_STATE, keys.ADMISSION_LIVE, keys.ADMISSION_SLOTS, keys.ADMISSION_RESERVED]
@@ -447,6 +468,11 @@ def test_each_upstreams_admission_keys_map_to_one_slot_of_their_own(name: str) -
     assert len(slots) == 1
     assert keys.admission(name, first=True) == keys.FIRST_ADMISSION
     assert own.state != keys.ADMISSION_STATE
+
+
+@pytest.mark.parametrize("hour", [0, 3600, 1_796_000_400])
+def test_an_hours_usage_keys_map_to_one_slot(hour: int) -> None:
+    assert len({key_slot(key.encode()) for key in keys.usage(hour).all}) == 1
 
 
 def test_the_partitions_spread_over_many_slots() -> None:
