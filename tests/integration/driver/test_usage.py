@@ -9,9 +9,13 @@ from aiohttp.test_utils import TestClient
 from redis.asyncio import Redis
 
 from broker.store import keys
+from broker.store.jobs import JobStore
+from broker.store.usage import encode
+from projections.usage import facts
 from tests.conftest import BOTH_BACKENDS
 from tests.integration.conftest import ClientFactory
 from tests.integration.driver.conftest import create, eventually, settled
+from tests.integration.driver.test_rebuild import rebuild
 
 pytestmark = BOTH_BACKENDS
 
@@ -80,3 +84,58 @@ async def test_each_keys_runs_are_counted_by_status_with_seconds_and_tokens(
 
 async def _none_pending(redis: Redis) -> bool:
     return await pending_facts(redis) == 0
+
+
+async def test_facts_read_again_and_a_replayed_create_are_counted_once(
+    make_replica: ClientFactory, redis: Redis
+) -> None:
+    # Given two replicas, and a key's jobs settled and counted
+    first, second = await make_replica(), await make_replica()
+    body = {"input": "hello", "scheduling": {"fairness_key": "team-r"}}
+    jobs = [(await create(first, body, **{"Idempotency-Key": f"k-{n}"}))["run_id"] for n in range(3)]
+    for job_id in jobs:
+        await settled(first, job_id)
+    await eventually(lambda: _none_pending(redis))
+    before = await usage(second, key="team-r")
+    assert totals(before)["runs_completed"] == 3
+    # When every fact is left for the sweeps again (as a sweep cut short before it cleared them leaves it) and a
+    # create is replayed
+    for job_id in jobs:
+        history = await JobStore(redis, retention_ms=60_000).read(job_id)
+        for used in facts(None, [event for _, event in history]):
+            await redis.zadd(keys.usage_pending(keys.partition_of(job_id)), {encode(used): used.at_ms})
+    replayed = await first.post("/v1/runs", json=body, headers={"Idempotency-Key": "k-0"})
+    assert replayed.status == 202 and (await replayed.json())["replayed"] is True
+    await eventually(lambda: _none_pending(redis))
+    # Then both replicas' sweeps took them and nothing was counted twice
+    assert await usage(first, key="team-r") == before
+
+
+async def test_the_rebuild_recomputes_the_same_buckets(
+    make_replica: ClientFactory, redis: Redis, redis_target: tuple[str, bool]
+) -> None:
+    # Given settled jobs of two keys, counted
+    replica = await make_replica()
+    for key, text in (("team-x", "hello"), ("team-x", "fail"), ("team-y", "tools:2")):
+        await settled(replica, (await create(replica, {"input": text, "scheduling": {"fairness_key": key}}))["run_id"])
+    await eventually(lambda: _none_pending(redis))
+    counted = {key: await usage(replica, key=key) for key in ("team-x", "team-y")}
+    top = await usage(replica)
+    code, lines = await rebuild(redis_target)
+    assert code == 0 and lines[-1]["differing"] == 0, lines
+    # When one bucket is corrupted and another key's usage is lost
+    hour = next(bucket["start"] for bucket in counted["team-x"]["data"] if bucket["runs_started"])
+    await redis.hset(keys.usage(hour).counters, "team-x", "9,9,9,9,9,9,9,9")  # type: ignore[misc]
+    await redis.hdel(keys.usage(hour).counters, "team-y")  # type: ignore[misc]
+    # Then a dry run names both buckets and changes nothing
+    code, lines = await rebuild(redis_target)
+    found = sorted(line["usage"]["key"] for line in lines if "usage" in line)  # type: ignore[index]
+    assert code == 1 and found == ["team-x", "team-y"]
+    assert totals(await usage(replica, key="team-x"))["runs_started"] != totals(counted["team-x"])["runs_started"]
+    # And --write recomputes the same buckets the sweeps counted
+    code, lines = await rebuild(redis_target, "--write")
+    assert code == 0 and all(line["replaced"] for line in lines if "usage" in line), lines
+    assert {key: await usage(replica, key=key) for key in ("team-x", "team-y")} == counted
+    assert await usage(replica) == top
+    code, lines = await rebuild(redis_target)
+    assert code == 0 and lines[-1]["differing"] == 0
