@@ -80,6 +80,18 @@ async def test_each_keys_runs_are_counted_by_status_with_seconds_and_tokens(
     # And a day bucket holds the same as the hours
     day = await usage(replica, key="team-a", bucket="day", since=str(time.time() - 3600))
     assert totals(day)["runs_started"] == 3
+    # And /metrics has the totals without a key (this replica counted every run)
+    exported = metrics(await (await replica.get("/metrics")).text())
+    assert exported["hbr_tokens_total{kind=\"total\"}"] == 54 + 18
+    assert exported["hbr_tokens_total{kind=\"input\"}"] == 33 + 11
+    assert abs(exported["hbr_hermes_seconds_total"] - sum(entry["hermes_seconds"] for entry in top["data"])) < 0.01
+    assert not any("team-a" in name for name in exported)
+
+
+def metrics(text: str) -> dict[str, float]:
+    """The samples of a /metrics answer by their name and labels."""
+    samples = (line.rpartition(" ") for line in text.splitlines() if line and not line.startswith("#"))
+    return {name: float(value) for name, _, value in samples}
 
 
 async def _none_pending(redis: Redis) -> bool:
