@@ -82,8 +82,8 @@ async def test_each_keys_runs_are_counted_by_status_with_seconds_and_tokens(
     assert totals(day)["runs_started"] == 3
     # And /metrics has the totals without a key (this replica counted every run)
     exported = metrics(await (await replica.get("/metrics")).text())
-    assert exported["hbr_tokens_total{kind=\"total\"}"] == 54 + 18
-    assert exported["hbr_tokens_total{kind=\"input\"}"] == 33 + 11
+    assert exported['hbr_tokens_total{kind="total"}'] == 54 + 18
+    assert exported['hbr_tokens_total{kind="input"}'] == 33 + 11
     assert abs(exported["hbr_hermes_seconds_total"] - sum(entry["hermes_seconds"] for entry in top["data"])) < 0.01
     assert not any("team-a" in name for name in exported)
 
