@@ -10,6 +10,7 @@ import jinja2
 from aiohttp import web
 
 from broker.console import data
+from broker.console.usage import usage_page
 from broker.http import appkeys
 from broker.ids import JOB_PREFIX
 
@@ -56,6 +57,10 @@ async def job(request: web.Request) -> web.Response:
     return _page(request, "job.html", await data.job_page(request.app, snapshot))
 
 
+async def usage(request: web.Request) -> web.Response:
+    return _page(request, "usage.html", await usage_page(request.app))
+
+
 async def static(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     if name not in STATIC:
@@ -68,4 +73,5 @@ def register(app: web.Application) -> None:
     app[templates_key] = _environment()
     app.router.add_get("/console", overview)
     app.router.add_get("/console/jobs/{job_id}", job)
+    app.router.add_get("/console/usage", usage)
     app.router.add_get("/console/static/{name}", static)
