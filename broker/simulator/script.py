@@ -20,25 +20,29 @@ REASONING_CHARS = 500  #: Hermes's reasoning.available repeats the reply's text,
 
 @frozen
 class Script:
-    """Markers found in the user message: `sleep:N`, `tools:K`, `fail`, `approval`, `deltas:N`."""
+    """Markers found in the user message: `sleep:N`, `tools:K`, `fail`, `approval`, `deltas:N`, `tokens:N`."""
 
     sleep_s: float = 0.0
     tools: int = 0
     fail: bool = False
     approval: bool = False
     deltas: int = 0  #: 0 = the usual four-part reply; N = a reply of N deltas, unpaced unless `sleep:N` is given
+    #: the completed run's `usage.total_tokens` (two thirds input, the rest output); 0 = 18 per model call
+    tokens: int = 0
 
     @classmethod
     def from_text(cls, text: str) -> Script:
         sleep = re.search(r"\bsleep:(\d+(?:\.\d+)?)", text)
         tools = re.search(r"\btools:(\d+)", text)
         deltas = re.search(r"\bdeltas:(\d+)", text)
+        tokens = re.search(r"\btokens:(\d+)", text)
         return cls(
             sleep_s=float(sleep.group(1)) if sleep else 0.0,
             tools=int(tools.group(1)) if tools else 0,
             fail=re.search(r"\bfail\b", text) is not None,
             approval=re.search(r"\bapproval\b", text) is not None,
             deltas=int(deltas.group(1)) if deltas else 0,
+            tokens=int(tokens.group(1)) if tokens else 0,
         )
 
     @property
@@ -120,5 +124,8 @@ async def _reply(run: SimRun, script: Script, settings: Settings) -> None:
     calls = script.model_calls
     run.output = text
     run.usage = {"input_tokens": 11 * calls, "output_tokens": 7 * calls, "total_tokens": 18 * calls}
+    if script.tokens:
+        output = script.tokens // 3
+        run.usage = {"input_tokens": script.tokens - output, "output_tokens": output, "total_tokens": script.tokens}
     run.set_status("completed", last_event="run.completed")
     run.emit("run.completed", output=text, usage=run.usage)

@@ -52,7 +52,7 @@ async def test_each_keys_runs_are_counted_by_status_with_seconds_and_tokens(
         (await create(replica, {"input": "hello", **team_a}))["run_id"],
         (await create(replica, {"input": "tools:1", **team_a}))["run_id"],
         (await create(replica, {"input": "fail", **team_a}))["run_id"],
-        (await create(replica, {"input": "hello", "scheduling": {"fairness_key": "team-b"}}))["run_id"],
+        (await create(replica, {"input": "hello tokens:300", "scheduling": {"fairness_key": "team-b"}}))["run_id"],
     ]
     ended = [await settled(replica, job_id) for job_id in jobs]
     assert [job["status"] for job in ended] == ["completed", "completed", "failed", "completed"]
@@ -82,8 +82,8 @@ async def test_each_keys_runs_are_counted_by_status_with_seconds_and_tokens(
     assert totals(day)["runs_started"] == 3
     # And /metrics has the totals without a key (this replica counted every run)
     exported = metrics(await (await replica.get("/metrics")).text())
-    assert exported['hbr_tokens_total{kind="total"}'] == 54 + 18
-    assert exported['hbr_tokens_total{kind="input"}'] == 33 + 11
+    assert exported['hbr_tokens_total{kind="total"}'] == 54 + 300  # team-b's run reported `tokens:300`
+    assert exported['hbr_tokens_total{kind="input"}'] == 33 + 200
     assert abs(exported["hbr_hermes_seconds_total"] - sum(entry["hermes_seconds"] for entry in top["data"])) < 0.01
     assert not any("team-a" in name for name in exported)
 
