@@ -366,6 +366,12 @@ async def _usage(redis: Redis) -> object:
     return await usage.totals(["team-a"], [0, 3600])
 
 
+async def _usage_replace(redis: Redis) -> object:
+    usage = UsageStore(redis, retention_ms=60_000)
+    await usage.count([Used(marker="j:1:a", key="team-a", at_ms=1_000, runs_started=1)])
+    return await usage.replace(0, {"team-a": (1, 1, 0, 0, 5, 0, 0, 0)}, ["j:1:a", "j:end"])
+
+
 SINGLE_SLOT: list[tuple[str, Operation]] = [
     ("append_events (create)", _create),
     ("bounded create: the other partitions read, then append_events checks its own (SPEC S4.4)", _create_bounded),
@@ -402,6 +408,7 @@ SINGLE_SLOT: list[tuple[str, Operation]] = [
     ("listing read over two statuses", _list_statuses),
     ("session_turn + session_history + session_release (a session's turns, SPEC S4.3)", _session_turns),
     ("append_events with usage facts + usage_record (each hour's usage, SPEC S4.5)", _usage),
+    ("usage_replace (the rebuild of an hour's usage)", _usage_replace),
 ]
 
 #: The scripts each operation above runs (every script of the store must be covered).
@@ -411,7 +418,7 @@ COVERED = {
     "admission_requeue", "admission_enter", "admission_fair_clear", "admission_ties", "fair_turn",
     "replace_view", "remove_deltas", "board_ack", "board_promote", "release_lock",
     "reindex_job", "upstream_heard", "upstream_probe", "line_figures", "fair_top_repair", "session_turn",
-    "session_release", "session_history", "callback_claim", "callback_result", "usage_record",
+    "session_release", "session_history", "callback_claim", "callback_result", "usage_record", "usage_replace",
 }  # fmt: skip
 
 
