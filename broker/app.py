@@ -256,7 +256,7 @@ async def _deltas_context(app: web.Application) -> AsyncIterator[None]:
 
 async def _usage_context(app: web.Application) -> AsyncIterator[None]:
     """Every replica counts the usage facts its and the others' job writes left (SPEC S4.5)."""
-    sweep = UsageSweep(app[usage_key], app[clock_key], app[metrics_key])
+    sweep = UsageSweep(app[usage_key], app[metrics_key])
     sweep.start()
     yield
     await sweep.stop()

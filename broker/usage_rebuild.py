@@ -87,7 +87,7 @@ async def rebuild_usage(
 ) -> UsageOutcome:
     first = first_hour(now_ms, retention_ms)
     hours = list(range(first, now_ms // 1000 + 1, HOUR_S))
-    waiting = {item.member for item in await usage.pending(now_ms + HOUR_MS, most=None) if item.used is not None}
+    waiting = {item.member for item in await usage.pending(most=None) if item.used is not None}
     rebuilt = Recomputed()
     seen: set[str] = set()
     async for job_id in job_ids:

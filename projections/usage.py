@@ -11,7 +11,7 @@ the events are read again (a replay, a takeover, a rebuild), so it is counted on
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from attrs import frozen
 
@@ -65,9 +65,14 @@ FIELDS = (
 )
 
 
-def facts(view: JobView | None, events: Iterable[JobEvent]) -> list[Used]:
+_COUNTED = (RunAccepted, RunInterrupted, JobFinished)
+
+
+def facts(view: JobView | None, events: Sequence[JobEvent]) -> list[Used]:
     """What `events`, folded onto `view` (None: from the job's start), add to its key's usage."""
     found: list[Used] = []
+    if not any(isinstance(event, _COUNTED) for event in events):
+        return found  # most writes (relayed Hermes events): nothing to fold
     for event in events:
         if view is not None and not view.status.terminal:
             used = _fact(view, event)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-from broker.clock import Clock
 from broker.logging import get_logger
 from broker.metrics import Metrics
 from broker.store.outage import is_outage, outage_name
@@ -19,9 +18,8 @@ SWEEP_S = 1.0  #: how often a replica looks at the partitions (a settled run sho
 
 
 class UsageSweep:
-    def __init__(self, store: UsageStore, clock: Clock, metrics: Metrics, *, every_s: float = SWEEP_S) -> None:
+    def __init__(self, store: UsageStore, metrics: Metrics, *, every_s: float = SWEEP_S) -> None:
         self._store = store
-        self._clock = clock
         self._metrics = metrics
         self._every_s = every_s
         self._task: asyncio.Task[None] | None = None
@@ -38,7 +36,7 @@ class UsageSweep:
 
     async def sweep(self) -> int:
         """One pass: every fact written so far counted (at most BATCH per partition); the facts counted now."""
-        pending = await self._store.pending(self._clock.now_ms())
+        pending = await self._store.pending()
         readable = [item for item in pending if item.used is not None]
         taken = Counter(item.partition for item in readable)
         self._more = bool(taken) and max(taken.values()) >= BATCH

@@ -71,14 +71,11 @@ class UsageStore:
         self._replace = scripts.usage_replace
         self._retention_ms = retention_ms
 
-    async def pending(self, now_ms: int, most: int | None = BATCH) -> list[Pending]:
-        """Facts written up to `now_ms`, up to `most` per partition (None: all; one pipeline)."""
+    async def pending(self, most: int | None = BATCH) -> list[Pending]:
+        """Facts waiting to be counted, the oldest `most` per partition (None: all; one pipeline)."""
         async with self._redis.pipeline(transaction=False) as pipe:
             for partition in keys.partitions():
-                if most is None:
-                    pipe.zrange(keys.usage_pending(partition), "-inf", now_ms, byscore=True)
-                else:
-                    pipe.zrange(keys.usage_pending(partition), "-inf", now_ms, byscore=True, offset=0, num=most)
+                pipe.zrange(keys.usage_pending(partition), 0, -1 if most is None else most - 1)
             replies = cast(list[list[object]], await pipe.execute())
         return [
             Pending(partition, text(member), decode(text(member)))

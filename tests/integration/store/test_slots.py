@@ -359,7 +359,7 @@ async def _usage(redis: Redis) -> object:
     fact = Used(marker=f"{JOB}:1:a", key="team-a", at_ms=1_000, runs_started=1)
     await store.append(JOB, [event], snapshot.view, expected_last_id=None, usage=[(1_000, encode_fact(fact))])
     usage = UsageStore(redis, retention_ms=60_000)
-    pending = await usage.pending(2_000)
+    pending = await usage.pending()
     other_hour = Used(marker=f"{JOB}:end", key="team-a", at_ms=4_000_000, runs_completed=1, hermes_ms=5)
     assert await usage.count([fact, other_hour]) == [True, True]  # one usage_record.lua per hour
     await usage.clear(pending)
