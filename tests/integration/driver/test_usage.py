@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
 from aiohttp.test_utils import TestClient
+from attrs import evolve
 from redis.asyncio import Redis
 
+from broker.clock import SystemClock
+from broker.events import JobCreated, JobFinished, JobStatus, RunAccepted, Scheduling
+from broker.jobs.writer import Writer
+from broker.metrics import Metrics
 from broker.store import keys
 from broker.store.jobs import JobStore
-from broker.store.usage import encode
+from broker.store.usage import UsageStore, encode
+from projections.job import fold
 from projections.usage import facts
 from tests.conftest import BOTH_BACKENDS
 from tests.integration.conftest import ClientFactory
@@ -110,6 +117,8 @@ async def test_facts_read_again_and_a_replayed_create_are_counted_once(
     await eventually(lambda: _none_pending(redis))
     before = await usage(second, key="team-r")
     assert totals(before)["runs_completed"] == 3
+    exported = [await exported_tokens(replica) for replica in (first, second)]
+    assert sum(exported) == 3 * 18  # each run in the totals of the one replica that counted it
     # When every fact is left for the sweeps again (as a sweep cut short before it cleared them leaves it) and a
     # create is replayed
     for job_id in jobs:
@@ -119,8 +128,13 @@ async def test_facts_read_again_and_a_replayed_create_are_counted_once(
     replayed = await first.post("/v1/runs", json=body, headers={"Idempotency-Key": "k-0"})
     assert replayed.status == 202 and (await replayed.json())["replayed"] is True
     await eventually(lambda: _none_pending(redis))
-    # Then both replicas' sweeps took them and nothing was counted twice
+    # Then both replicas' sweeps took them and nothing was counted twice, in the buckets or the totals
     assert await usage(first, key="team-r") == before
+    assert [await exported_tokens(replica) for replica in (first, second)] == exported
+
+
+async def exported_tokens(replica: TestClient[Any, Any]) -> float:
+    return metrics(await (await replica.get("/metrics")).text())['hbr_tokens_total{kind="total"}']
 
 
 async def test_the_rebuild_recomputes_the_same_buckets(
@@ -151,3 +165,40 @@ async def test_the_rebuild_recomputes_the_same_buckets(
     assert await usage(replica) == top
     code, lines = await rebuild(redis_target)
     assert code == 0 and lines[-1]["differing"] == 0
+
+
+async def test_a_run_an_older_broker_accepted_is_counted_from_its_stream(
+    redis: Redis, redis_target: tuple[str, bool]
+) -> None:
+    # Given a job an older broker created and saw accepted: no usage facts, a view without the acceptance time
+    store = JobStore(redis, retention_ms=3_600_000)
+    now = int(time.time() * 1000)
+    created = JobCreated(
+        job_id=OLD_JOB, at_ms=now - 5_000, body="{}", fingerprint="f", scheduling=Scheduling(fairness_key="old")
+    )
+    accepted = RunAccepted(job_id=OLD_JOB, at_ms=now - 4_000, attempt=1, hermes_run_id="run_1")
+    view = fold([created, accepted])
+    assert view is not None
+    start = fold([created])
+    assert start is not None
+    first = await store.create(created, start)
+    older_view = evolve(view, live_since_ms=None)  # what that broker stored
+    await store.append(OLD_JOB, [accepted], older_view, expected_last_id=first.snapshot.last_id)
+    # When this version records the run's end
+    writer = Writer(store, SystemClock(), Metrics(), None)
+    snapshot = await writer.load(OLD_JOB)
+    usage_text = '{"input_tokens": 2, "output_tokens": 1, "total_tokens": 3}'
+    end = JobFinished(job_id=OLD_JOB, at_ms=now, status=JobStatus.COMPLETED, attempt=1, usage=usage_text)
+    await writer.commit(OLD_JOB, snapshot, lambda _: [end], log=logging.getLogger("test"))
+    # Then the fact it leaves has the Hermes time from the acceptance its stream records
+    [pending] = (await UsageStore(redis, retention_ms=3_600_000).pending()) or [None]
+    assert pending is not None and pending.used is not None
+    assert (pending.used.marker, pending.used.hermes_ms, pending.used.total_tokens) == (f"{OLD_JOB}:end", 4_000, 3)
+    # And the rebuild counts the start that broker never recorded, and leaves the end to the sweeps
+    code, lines = await rebuild(redis_target, "--write")
+    assert code == 0 and [line["usage"]["key"] for line in lines if "usage" in line] == ["old"]  # type: ignore[index]
+    [hour] = {line["usage"]["hour"] for line in lines if "usage" in line}  # type: ignore[index]
+    assert await UsageStore(redis, retention_ms=3_600_000).buckets("old", [hour]) == [(1, 0, 0, 0, 0, 0, 0, 0)]
+
+
+OLD_JOB = "job_" + "0" * 31 + "d"
