@@ -93,15 +93,6 @@ class Metrics:
         self.redis_refusing = Gauge(
             "hbr_redis_memory_refusing", "1 while this replica refuses creates: Redis is nearly full.", registry=r
         )
-
-    def observe_memory(self, readings: Sequence[NodeMemory], high: float, refusing: bool) -> None:
-        """The memory watch's last reading (no Redis call of its own)."""
-        for node in readings:
-            self.redis_used.labels(node.node).set(node.used)
-            self.redis_max.labels(node.node).set(node.maxmemory)
-            mark = high * node.maxmemory
-            self.redis_guard.labels(node.node).set(need(node, NOTHING) / mark if mark > 0 else 0)
-        self.redis_refusing.set(int(refusing))
         #: what the runs this replica counted used (SPEC S4.5); each run is counted by one replica, so the sum over
         #: replicas is the whole broker's
         self.hermes_seconds = Counter(
@@ -112,6 +103,15 @@ class Metrics:
         )
         for kind in ("input", "output", "total"):
             self.tokens.labels(kind)
+
+    def observe_memory(self, readings: Sequence[NodeMemory], high: float, refusing: bool) -> None:
+        """The memory watch's last reading (no Redis call of its own)."""
+        for node in readings:
+            self.redis_used.labels(node.node).set(node.used)
+            self.redis_max.labels(node.node).set(node.maxmemory)
+            mark = high * node.maxmemory
+            self.redis_guard.labels(node.node).set(need(node, NOTHING) / mark if mark > 0 else 0)
+        self.redis_refusing.set(int(refusing))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
