@@ -113,16 +113,6 @@ class UsageStore:
                 pipe.zrem(keys.usage_pending(partition), *members)
             await pipe.execute()
 
-    async def seen(self, facts: Sequence[Used]) -> list[bool]:
-        """Whether each fact is counted already (its marker is in its hour), in one pipeline."""
-        if not facts:
-            return []
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for used in facts:
-                pipe.sismember(keys.usage(hour_of(used.at_ms)).seen, used.marker)
-            replies = await pipe.execute()
-        return [bool(reply) for reply in replies]
-
     async def hours(self, hours: Sequence[int]) -> list[dict[str, Counters]]:
         """Every key's counters in each of `hours` (one pipeline; for the rebuild)."""
         async with self._redis.pipeline(transaction=False) as pipe:
