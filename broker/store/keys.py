@@ -105,6 +105,12 @@ before S10 are unchanged, and replicas of both agree during a rolling upgrade; t
 removing upstreams never hands one deployment's live slots or learnt limit to another (the first one aside: keep
 the deployment that was there before S10 first).
 
+A fairness key's usage (SPEC S4.5) is tagged by its hour, not by the key or the job: the counters, the ranking and the
+markers of one hour share a slot, so counting a fact (its marker, its key's counters and the hour's ranking of keys
+by Hermes time) is one script, and the top keys of a range read one ranking per hour. A job write (its partition's
+slot) leaves the fact in `hbr:{pN}:usage`; the sweeps count it in the hour's slot. The hour's slot takes that hour's
+counting, as `{adm}` takes every grant.
+
 The work stream is only a wake-up hint, written by the job write itself on a single Redis (no slots there)
 and right after it on a cluster: the due schedules and lines are the durable memory, looked at
 periodically by every replica, so a lost doorbell costs a tick, never a job. The admission slots and the
