@@ -38,6 +38,12 @@ class Used:
     output_tokens: int = 0
     total_tokens: int = 0
 
+    @property
+    def settles(self) -> bool:
+        """The fact of a run's end or interruption: `hermes_ms` is the run's measured slot time and the tokens are
+        what Hermes reported for it (what a cost-aware turn charges, SPEC S4.2)."""
+        return self.runs_started == 0
+
     def counts(self) -> tuple[int, ...]:
         """The eight counters, in the order of `FIELDS`."""
         return (

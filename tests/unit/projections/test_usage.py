@@ -69,6 +69,7 @@ def test_an_interrupted_run_counts_its_slot_time_and_the_resubmitted_run_its_own
         (":end", 0, 1_000),
     ]
     assert found[-1].runs_cancelled == 1 and found[-1].total_tokens == 0  # tokens count for completed runs only
+    assert [used.settles for used in found] == [False, True, False, True]
 
 
 def test_a_job_that_never_ran_uses_nothing() -> None:
