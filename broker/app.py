@@ -106,9 +106,9 @@ def create_app(
     `drive=False` serves the API without driving jobs (tests of the HTTP surface alone); `hermes` replaces the
     first upstream's client; `replica` is this process's id (the one its log lines carry; a new one if None).
     """
-    services: list[Context] = [_redis_context(redis_url or config.redis_url), _usage_context]
+    services: list[Context] = [_redis_context(redis_url or config.redis_url)]
     if drive:
-        services.extend((_driver_context, _fair_top_context))
+        services.extend((_driver_context, _fair_top_context, _usage_context))
     if config.runs_delta_retention_ms:
         services.append(_deltas_context)
     if config.board_enabled:
@@ -255,7 +255,7 @@ async def _deltas_context(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _usage_context(app: web.Application) -> AsyncIterator[None]:
-    """Every replica counts the usage facts its and the others' job writes left (SPEC S4.5)."""
+    """Every driving replica counts the usage facts its and the others' job writes left (SPEC S4.5)."""
     sweep = UsageSweep(app[usage_key], app[metrics_key])
     sweep.start()
     yield
