@@ -18,6 +18,7 @@ from broker.errors import ERROR_CODES
 from broker.events import JobStatus
 from broker.http import openapi_ready as ready
 from broker.http import openapi_schemas as s
+from broker.http import openapi_usage as usage
 from broker.http.listing import MAX_LIMIT
 from broker.http.render import json_response
 from broker.http.schemas import MAX_KEY_LENGTH, MAX_SESSION_KEY_LENGTH
@@ -216,6 +217,17 @@ def _approval() -> dict[str, Schema]:
     }
 
 
+def _usage() -> dict[str, Schema]:
+    return {
+        "get": _operation(
+            "getUsage",
+            "What the fairness keys used: one key's hourly or daily buckets, or the keys with most Hermes seconds",
+            {**_ok("The key's buckets, or the top keys.", usage.ANSWER), **_errors("invalid_field", *OUTAGE_CODES)},
+            parameters=usage.PARAMETERS,
+        )
+    }
+
+
 def _operations() -> dict[str, Schema]:
     html = {"text/html": {"schema": {"type": "string"}}}
     ready = {"description": "Ready (200) or not (503, with `reason`).", "content": _json(s.ref("Ready"))}
@@ -253,6 +265,13 @@ def _operations() -> dict[str, Schema]:
                 parameters=[{**RUN_ID, "name": "job_id"}],
             )
         },
+        "/console/usage": {
+            "get": _operation(
+                "consoleUsage",
+                "The operator console's usage page: the keys that used most Hermes time over 24 h and 7 d",
+                {"200": {"description": "The usage page.", "content": html}},
+            )
+        },
         "/console/static/{name}": {
             "get": _operation(
                 "consoleStatic",
@@ -274,7 +293,7 @@ def _operations() -> dict[str, Schema]:
 
 
 TAGS = {
-    "runs": "Hermes's /v1/runs API: jobs, their events, stops and approvals (and the broker's listing).",
+    "runs": "Hermes's /v1/runs API: jobs, their events, stops and approvals (and the broker's listing and usage).",
     "console": "The operator console (HTML).",
     "operations": "Health, readiness, metrics and this document.",
 }
@@ -304,10 +323,11 @@ def document() -> Schema:
                 "/v1/runs/{run_id}/events": _events(),
                 "/v1/runs/{run_id}/stop": _stop(),
                 "/v1/runs/{run_id}/approval": _approval(),
+                "/v1/usage": _usage(),
                 **_operations(),
             }.items()
         },
-        "components": {"schemas": {**s.SCHEMAS, **ready.SCHEMAS}},
+        "components": {"schemas": {**s.SCHEMAS, **ready.SCHEMAS, **usage.SCHEMAS}},
         "x-error-codes": {
             code: {"status": status, "description": what} for code, (status, what) in ERROR_CODES.items()
         },
