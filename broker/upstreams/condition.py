@@ -56,10 +56,19 @@ class Shown:
 def shown(
     name: str, refusal: Refusal, health: Health, live: int, limit: int, now_ms: int, lost_ms: int, probe_at_ms: int = 0
 ) -> Shown:
-    """The condition of the upstream `name` at `now_ms`. With `lost_ms` 0 (a lone upstream) no health is kept, and
-    the stored refusal is shown as it is (a lone upstream's probe is a create, which keeps it current)."""
-    health_kept = lost_ms > 0
-    reached = reach(health, now_ms, lost_ms)
+    """The condition of the upstream `name` at `now_ms`. With `lost_ms` 0 (a lone upstream: nothing to move its runs
+    to) it is never lost, but reads unreachable while calls to it fail like any other."""
+    reached = reach(health, now_ms, lost_ms) if lost_ms > 0 else (Reach.UNREACHABLE if health.failing else Reach.UP)
+    if reached is not Reach.UP and lost_ms <= 0 and refusal.reason is HoldReason.UNAVAILABLE:
+        # a lone upstream's refused create says why in the broker's words ("Hermes refused the connection."), and
+        # its next create is its probe
+        return Shown(
+            condition=Condition.UNREACHABLE,
+            refusing=HoldReason.UNAVAILABLE,
+            detail=refusal.detail,
+            since_ms=refusal.since_ms,
+            retry_at_ms=refusal.retry_at_ms,
+        )
     if reached is not Reach.UP:
         lost = reached is Reach.LOST
         detail = f"Hermes {name} {'is lost: it has' if lost else 'has'} not answered since {_time(health)}."
@@ -71,7 +80,7 @@ def shown(
             retry_at_ms=max(probe_at_ms, now_ms),
         )
     current = refusal.reason is not None and not (
-        health_kept and refusal.reason is HoldReason.BUSY and health.failed_ms > max(refusal.at_ms, refusal.since_ms)
+        refusal.reason is HoldReason.BUSY and health.failed_ms > max(refusal.at_ms, refusal.since_ms)
     )
     if current and refusal.reason is not None:
         condition = Condition.BUSY if refusal.reason is HoldReason.BUSY else Condition.REFUSING
