@@ -70,6 +70,9 @@ def test_a_lone_upstream_reads_unreachable_while_its_calls_fail_never_lost_never
     refused = Refusal(reason=HoldReason.UNAVAILABLE, detail="Hermes refused the connection.", since_ms=T0 + 2_000)
     now = shown(NAME, refused, failing, 0, 10, T0 + 60_000, 0)
     assert (now.condition, now.detail) == (Condition.UNREACHABLE, "Hermes refused the connection.")
+    # but not one refused before its calls began to fail (a 401 answered then)
+    earlier = Refusal(reason=HoldReason.UNAVAILABLE, detail="Invalid API key", since_ms=T0, at_ms=T0 + 500)
+    assert "Invalid API key" not in shown(NAME, earlier, failing, 0, 10, T0 + 60_000, 0).detail
 
 
 @given(
