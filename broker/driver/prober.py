@@ -4,7 +4,10 @@ for jobs that moved on while it was lost.
 
 What a call met is recorded by the Hermes client (`heard`, broker/upstreams/health.py); this loop merges it into
 the shared health only when that changes something (a streak began or ended), so a healthy fleet costs one read
-per upstream per tick. Only with several upstreams: a lone upstream's probe is a create (SPEC S4.1).
+per upstream per tick. An upstream that nobody heard from for a while is asked too (one replica at a time), so one
+that died or froze while idle reads unreachable within seconds rather than "up" until a job goes there. A lone
+upstream is watched the same way, for what /readyz, /metrics and the console show; it is never lost (there is
+nowhere to move its runs to).
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ from broker.upstreams.health import Health, Heard, Reach, reach, report_due
 TICK_S = 1.0
 #: A failing upstream is probed this often (by one replica), at most; never less than four times per lost window.
 PROBE_INTERVAL_MS = 2_000
+#: An upstream that no call of this replica's, and no report of the others', found answering for this long is probed
+#: (by one replica at a time); never less than twice per lost window.
+IDLE_PROBE_MS = 10_000
 #: The run id a health probe asks for: any answer of Hermes's (a 404 envelope) says it is up.
 PROBE_RUN = "hbr-health-probe"
 
@@ -31,12 +37,14 @@ class Prober:
     def __init__(self, fleet: Fleet, store: HealthStore, *, lost_ms: int) -> None:
         self._fleet = fleet
         self._store = store
-        self._lost_ms = lost_ms
+        self._lost_ms = lost_ms if len(fleet) > 1 else 0  #: 0: a lone upstream, never lost
         self._interval_ms = max(100, min(PROBE_INTERVAL_MS, lost_ms // 4))
+        self._idle_ms = max(self._interval_ms, min(IDLE_PROBE_MS, lost_ms // 2))
         self._refresh_ms = max(1_000, lost_ms // 2)  #: the stored answer never gets older than this while it answers
         self._reported: dict[str, Heard] = {}
         self._shared: dict[str, Health] = {}
-        self._reach: dict[str, Reach] = {}
+        self._reached: dict[str, Reach] = {}
+        self._idle_asked: dict[str, int] = {}  #: when this replica last asked to probe an idle upstream
         self._log = get_logger(type(self))
 
     async def run(self, clock: Clock) -> None:
@@ -56,13 +64,14 @@ class Prober:
 
     async def _look(self, name: str, client: HermesClient, now_ms: int) -> None:
         shared = await self._report(name, client)
-        if shared.failing and await self._store.claim_probe(name, now_ms, now_ms + self._interval_ms):
+        due = shared.failing or self._idle(name, getattr(client, "heard", Heard()), shared, now_ms)
+        if due and await self._store.claim_probe(name, now_ms, now_ms + self._interval_ms):
             await client.get(PROBE_RUN)  # its answer (or none) is recorded by the client
             shared = await self._report(name, client)
         self._shared[name] = shared
-        now = reach(shared, now_ms, self._lost_ms)
-        before = self._reach.get(name, Reach.UP)
-        self._reach[name] = now
+        now = self._reach(shared, now_ms)
+        before = self._reached.get(name, Reach.UP)
+        self._reached[name] = now
         if now is not before:
             fields = {"upstream": name, "since": shared.failing_since_ms or None}
             if now is Reach.LOST:
@@ -73,6 +82,20 @@ class Prober:
                 self._log.info("An upstream answers again.", extra={"upstream": name})
         if now is Reach.UP:
             await self._stop_orphans(name, client)
+
+    def _idle(self, name: str, heard: Heard, shared: Health, now_ms: int) -> bool:
+        """Nobody heard from it for a while: is this replica to ask for the probe? (once per interval at most)"""
+        if now_ms - max(heard.answered_ms, shared.answered_ms) < self._idle_ms:
+            return False
+        if now_ms < self._idle_asked.get(name, 0) + self._interval_ms:
+            return False
+        self._idle_asked[name] = now_ms
+        return True
+
+    def _reach(self, shared: Health, now_ms: int) -> Reach:
+        if self._lost_ms > 0:
+            return reach(shared, now_ms, self._lost_ms)
+        return Reach.UNREACHABLE if shared.failing else Reach.UP
 
     async def _report(self, name: str, client: HermesClient) -> Health:
         heard: Heard = getattr(client, "heard", Heard())

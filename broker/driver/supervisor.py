@@ -49,10 +49,10 @@ class Supervisor:
         self._runners: dict[str, tuple[Runner, asyncio.Task[None]]] = {}
         self._lost: set[str] = set()
         fleet = deps.fleet
-        #: the upstreams' health: reports, probes, orphans (SPEC S10); only with several upstreams
+        #: the upstreams' health: reports, probes, orphans (SPEC S10)
         self._prober = (
             Prober(fleet, deps.gate.store.health, lost_ms=deps.gate.store.pacing.upstream_lost_ms)
-            if fleet is not None and len(fleet) > 1
+            if fleet is not None and len(fleet) > 0
             else None
         )
         self._freed = asyncio.Event()

@@ -153,10 +153,12 @@ def _upstream(upstream: UpstreamFigures) -> dict[str, object]:
 
 
 def hermes_answered(app: web.Application, upstreams: tuple[UpstreamFigures, ...]) -> bool | None:
-    """Does Hermes answer? With several upstreams: whether every one answers (their shared health, SPEC S10); with
-    one, whether this replica's last call to it was answered (None: no call yet)."""
+    """Does Hermes answer? Not while calls to an upstream fail (their shared health, SPEC S10); else with several
+    upstreams yes, with one whether this replica's last call to it was answered (None: no call yet)."""
+    if any(upstream.unreachable_since_ms > 0 for upstream in upstreams):
+        return False
     if len(upstreams) > 1:
-        return all(upstream.unreachable_since_ms == 0 for upstream in upstreams)
+        return True
     heard: Heard | None = getattr(app[hermes_key], "heard", None)
     if heard is None or (heard.answered_ms == 0 and not heard.failing):
         return None

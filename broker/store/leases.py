@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import cast
 
 from redis.asyncio import Redis
+from redis.client import NEVER_DECODE
 
 from broker.store import keys
 from broker.store.durability import Durability
@@ -41,18 +42,19 @@ def owner_of(token: str | None) -> str | None:
 
 
 async def owners(redis: Redis, job_ids: Sequence[str]) -> list[str | None]:
-    """The replica driving each job (its run lease's), in one pipeline: one GET per job."""
+    """The replica driving each job (its run lease's), in one pipeline: one GET per job. Read as bytes: a value that
+    is not UTF-8 (written by hand) shows with its undecodable bytes replaced, never fails the read."""
     if not job_ids:
         return []
     async with redis.pipeline(transaction=False) as pipe:
         for job_id in job_ids:
-            pipe.get(keys.lease(job_id))
+            pipe.execute_command("GET", keys.lease(job_id), **{NEVER_DECODE: True})
         tokens = await pipe.execute()
     return [owner_of(None if token is None else _text(token)) for token in tokens]
 
 
 def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
 class Leases:

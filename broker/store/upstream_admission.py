@@ -61,7 +61,7 @@ def figures(upstream: UpstreamSlots, state: dict[str, str], live: int, now_ms: i
         refused=int(state.get("refused") or 0),
         condition=now.condition,
         lost=reach(health, now_ms, lost_ms) is Reach.LOST,
-        unreachable_since_ms=health.failing_since_ms if lost_ms > 0 else 0,  # a lone upstream's health is not kept
+        unreachable_since_ms=health.failing_since_ms,
     )
 
 

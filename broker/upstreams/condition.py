@@ -6,7 +6,8 @@ written when a create is refused and cleared when one is accepted or a run's slo
 what it describes: an upstream killed while it answered 429 takes no create for a while, and its stored refusal
 goes on saying "busy". What is shown therefore comes from the health first, and a refusal counts only while no
 failed call came after it:
-- `lost` / `unreachable`: calls to it fail (the health says since when), whatever refusal is stored;
+- `lost` / `unreachable`: calls to it fail (the health says since when), whatever refusal is stored (a lone
+  upstream, never lost, shows the words of a create it refused since then);
 - `busy`: Hermes answered 429 and nothing failed since, or the broker's admission limit is reached;
 - `refusing`: Hermes answers but refuses creates (draining, a 5xx, 401/403);
 - `up`: none of these.
@@ -56,10 +57,22 @@ class Shown:
 def shown(
     name: str, refusal: Refusal, health: Health, live: int, limit: int, now_ms: int, lost_ms: int, probe_at_ms: int = 0
 ) -> Shown:
-    """The condition of the upstream `name` at `now_ms`. With `lost_ms` 0 (a lone upstream) no health is kept, and
-    the stored refusal is shown as it is (a lone upstream's probe is a create, which keeps it current)."""
-    health_kept = lost_ms > 0
-    reached = reach(health, now_ms, lost_ms)
+    """The condition of the upstream `name` at `now_ms`. With `lost_ms` 0 (a lone upstream: nothing to move its runs
+    to) it is never lost, but reads unreachable while calls to it fail like any other."""
+    reached = reach(health, now_ms, lost_ms) if lost_ms > 0 else (Reach.UNREACHABLE if health.failing else Reach.UP)
+    refused_since = refusal.reason is HoldReason.UNAVAILABLE and (
+        max(refusal.at_ms, refusal.since_ms) >= health.failing_since_ms
+    )
+    if reached is not Reach.UP and lost_ms <= 0 and refused_since:
+        # a create the lone upstream refused since its calls began to fail says why in the broker's words ("Hermes
+        # refused the connection."), and its next create is its probe
+        return Shown(
+            condition=Condition.UNREACHABLE,
+            refusing=HoldReason.UNAVAILABLE,
+            detail=refusal.detail,
+            since_ms=refusal.since_ms,
+            retry_at_ms=refusal.retry_at_ms,
+        )
     if reached is not Reach.UP:
         lost = reached is Reach.LOST
         detail = f"Hermes {name} {'is lost: it has' if lost else 'has'} not answered since {_time(health)}."
@@ -71,7 +84,7 @@ def shown(
             retry_at_ms=max(probe_at_ms, now_ms),
         )
     current = refusal.reason is not None and not (
-        health_kept and refusal.reason is HoldReason.BUSY and health.failed_ms > max(refusal.at_ms, refusal.since_ms)
+        refusal.reason is HoldReason.BUSY and health.failed_ms > max(refusal.at_ms, refusal.since_ms)
     )
     if current and refusal.reason is not None:
         condition = Condition.BUSY if refusal.reason is HoldReason.BUSY else Condition.REFUSING

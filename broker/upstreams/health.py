@@ -84,8 +84,9 @@ def merge(shared: Health, heard: Heard) -> Health:
 
 
 def reach(health: Health, now_ms: int, lost_ms: int) -> Reach:
-    """UP, UNREACHABLE, or LOST after HERMES_UPSTREAM_LOST of failures without an answer; always UP when `lost_ms`
-    is 0 (a lone upstream: nothing to move its runs to, and no replica keeps its health)."""
+    """UP, UNREACHABLE, or LOST after HERMES_UPSTREAM_LOST of failures without an answer, as routing reads it; always
+    UP when `lost_ms` is 0 (a lone upstream: nothing to route around, nowhere to move its runs to). What a lone
+    upstream shows an operator (unreachable while its calls fail) is broker/upstreams/condition.py's."""
     if not health.failing or lost_ms <= 0:
         return Reach.UP
     return Reach.LOST if now_ms - health.failing_since_ms >= lost_ms else Reach.UNREACHABLE

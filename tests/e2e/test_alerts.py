@@ -110,3 +110,37 @@ def test_metrics_have_no_created_series_and_serve_every_metric_the_alerts_name(
         "hbr_takeovers_total",
     ):
         assert needed in alerts, needed
+
+
+#: `sum(increase(<counter>[<range>m])) > <threshold>`: the shape of the takeover rule, evaluated below.
+_SUM_INCREASE = re.compile(r"^sum\(increase\((\w+)\[(\d+)m\]\)\) > (\d+)$")
+
+
+def _fires(rule: dict[str, Any], takeovers_at_s: list[float], horizon_s: int) -> bool:
+    """Whether the rule fires on a fleet whose takeovers happened at these times (one each), evaluated every 15 s
+    as Prometheus does: the summed increase over the range, true at every evaluation for the `for:` duration."""
+    found = _SUM_INCREASE.match(str(rule["expr"]).strip())
+    assert found, rule["expr"]
+    range_s, threshold = int(found.group(2)) * 60, int(found.group(3))
+    hold_s = int(str(rule["for"]).removesuffix("m")) * 60
+    pending_since: int | None = None
+    for now in range(0, horizon_s, 15):
+        increase = sum(1 for at in takeovers_at_s if now - range_s < at <= now)
+        if increase <= threshold:
+            pending_since = None
+            continue
+        pending_since = now if pending_since is None else pending_since
+        if now - pending_since >= hold_s:
+            return True
+    return False
+
+
+def test_the_takeover_alert_stays_quiet_through_a_rolling_restart_and_fires_on_a_crash_loop() -> None:
+    (rule,) = [rule for rule in rules() if rule["alert"] == "HermesBridgeTakeoversSpiking"]
+    # A rolling restart of 4 replicas, one a minute, each handing 60 running jobs back on SIGTERM (the replica
+    # that picks a handed-back job up counts it as a takeover), then again an hour later
+    rollout = [start + replica * 60 + job * 0.1 for start in (600, 4200) for replica in range(4) for job in range(60)]
+    assert not _fires(rule, rollout, 7200)
+    # A replica that crashes every 5 minutes for an hour with 20 jobs each time
+    crash_loop = [600 + crash * 300 + job * 0.1 for crash in range(12) for job in range(20)]
+    assert _fires(rule, crash_loop, 7200)

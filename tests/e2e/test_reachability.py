@@ -93,3 +93,66 @@ def test_a_killed_upstream_reads_unreachable_not_busy_and_busy_lasts_only_while_
     after = until(lambda: (e := _entry(broker, a))["condition"] == "up" and e, 10, "up")
     assert (after["refusing"], after["reason"], after["detail"]) == (False, None, None)
     assert _gauges(broker, a)["busy"] == 0
+
+
+def test_a_lone_upstream_killed_after_a_429_reads_unreachable_not_busy(
+    start_broker: BrokerFactory, clean_redis: RedisServer
+) -> None:
+    # Given a lone upstream that runs one run and answered 429 to a second, held job that was then stopped, and two
+    # replicas
+    sim = SimulatorProcess(free_port(), max_concurrent=1)
+    try:
+        env = {**FAST, "HERMES_URL": sim.url, "HERMES_MAX_CONCURRENT": "3"}
+        broker = start_broker(redis_url=clean_redis.url, **env)
+        other = start_broker(redis_url=clean_redis.url, **env)
+        running, held = create_jobs(broker, 2, "slow sleep:60")
+        until(lambda: _entry(broker, sim)["reason"] == "busy", 15, "busy")
+        broker.request("POST", f"/v1/runs/{held}/stop")
+        until(lambda: statuses(broker, [held]) == ["cancelled"], 10, "the held job cancelled")
+        # When the upstream is killed (nothing is left to probe it with a create)
+        os.kill(sim.process.pid, signal.SIGKILL)
+        sim.process.wait(timeout=10)
+        # Then within seconds it reads unreachable, never lost, and no longer Hermes's old 429
+        gone = until(lambda: (e := _entry(broker, sim))["condition"] == "unreachable" and e, 15, "unreachable")
+        assert (gone["reason"], gone["lost"]) == ("unavailable", False)
+        assert isinstance(gone["unreachable_since"], float) and TOO_MANY not in gone["detail"]
+        gauges = _gauges(broker, sim)
+        assert (gauges["unreachable"], gauges["busy"], gauges["lost"]) == (1, 0, 0)
+        for replica in (broker, other):  # every replica says so, whichever one's calls failed
+            _, ready = replica.request("GET", "/readyz")
+            assert ready["hermes_answered"] is False and ready["admission"]["detail"] == gone["detail"]
+            assert ready["status"] == "ready"  # the broker takes jobs (they wait): /readyz does not hang on Hermes
+        assert statuses(broker, [running]) == ["running"]  # its run may be live: it is polled, not moved
+    finally:
+        if sim.process.poll() is None:
+            sim.process.kill()
+            sim.process.wait()
+
+
+def test_an_idle_upstream_that_dies_or_freezes_reads_unreachable_without_a_job_going_there(
+    start_broker: BrokerFactory, clean_redis: RedisServer
+) -> None:
+    a, b = SimulatorProcess(free_port()), SimulatorProcess(free_port())
+    try:
+        # Given two upstreams that answered and now have nothing to do
+        env = {**FAST, "HERMES_URL": f"{a.url},{b.url}", "HERMES_UPSTREAM_LOST": str(LOST_MS)}
+        broker = start_broker(redis_url=clean_redis.url, **env)
+        jobs = create_jobs(broker, 2, "quick")
+        until(lambda: statuses(broker, jobs) == ["completed"] * 2, 20, "both completed")
+        # When one is killed and the other frozen (its socket open, never answering)
+        os.kill(b.process.pid, signal.SIGKILL)
+        os.kill(a.process.pid, signal.SIGSTOP)
+        # Then neither reads up, though no job went to either: the dead one is unreachable within seconds, the frozen
+        # one once a probe timed out (a call waits at most the lost window: it is unreachable, then at once lost)
+        until(lambda: _entry(broker, b)["condition"] == "unreachable", 15, "the killed one unreachable")
+        down = ("unreachable", "lost")
+        until(lambda: _entry(broker, a)["condition"] in down, LOST_MS / 1000 + 15, "the frozen one not up")
+        # And the frozen one reads up again once it thaws
+        os.kill(a.process.pid, signal.SIGCONT)
+        until(lambda: _entry(broker, a)["condition"] == "up", 15, "up again")
+    finally:
+        for sim in (a, b):
+            if sim.process.poll() is None:
+                os.kill(sim.process.pid, signal.SIGCONT)
+                sim.process.kill()
+                sim.process.wait()

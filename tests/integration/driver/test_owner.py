@@ -10,6 +10,7 @@ from redis.asyncio import Redis
 from broker.http.appkeys import replica_key
 from broker.store import keys
 from broker.store.leases import new_token, owner_of
+from tests.conftest import BOTH_BACKENDS
 from tests.integration.conftest import ClientFactory
 from tests.integration.driver.conftest import create, eventually, job, settled
 
@@ -56,3 +57,26 @@ async def test_a_job_whose_lease_an_earlier_broker_holds_shows_no_owner(
 def test_a_token_names_its_replica() -> None:
     assert owner_of(new_token("h.example-9-0a1b2c")) == "h.example-9-0a1b2c"
     assert owner_of(new_token()) is None and owner_of(None) is None and owner_of("") is None
+
+
+@BOTH_BACKENDS
+async def test_an_odd_lease_value_shows_no_owner_or_what_it_names_and_never_a_500(
+    make_client: ClientFactory, redis: Redis
+) -> None:
+    # Given a queued job whose run lease holds odd values: empty, a bare separator, very long, not UTF-8
+    client = await make_client()
+    job_id = (await create(client, {"input": "x"}))["run_id"]
+    long_owner = "r" * 100_000
+    for value, owner in ((b"", None), (b"/", None), (b"/abc", None), (f"{long_owner}/abc".encode(), long_owner)):
+        await redis.set(keys.lease(job_id), value, px=60_000)
+        # Then the job object, the listing and the console answer, the owner as the token names it (or none)
+        assert (await job(client, job_id))["owner"] == owner
+        listing = await client.get("/v1/runs")
+        assert listing.status == 200
+        assert [e["owner"] for e in (await listing.json())["data"] if e["run_id"] == job_id] == [owner]
+        assert (await client.get(f"/console/jobs/{job_id}")).status == 200
+        assert (await client.get("/console")).status == 200
+    await redis.set(keys.lease(job_id), b"\xff\xfe/abc", px=60_000)
+    for path in (f"/v1/runs/{job_id}", "/v1/runs", f"/console/jobs/{job_id}", "/console"):
+        assert (await client.get(path)).status == 200, path
+    assert (await job(client, job_id))["owner"] is not None  # what the token names, undecodable bytes replaced

@@ -28,15 +28,18 @@ async def test_a_lone_upstream_is_never_lost_by_a_streak_left_from_a_fleet(redis
     fleet = store_of(redis, FIRST, SECOND)
     await fleet.health.report(FIRST, failed(answered(Heard(), NOW - 10_000), NOW))
     # When the operator drops that upstream from HERMES_URL: the remaining one is now the first, on `{adm}` (SPEC
-    # S10: one URL behaves exactly as before, on the same stored keys), and a lone upstream has no prober
+    # S10: one URL behaves exactly as before, on the same stored keys)
     lone = store_of(redis, SECOND)
     lost_ms = lone.pacing.upstream_lost_ms
-    # Then it is neither lost nor unreachable: nothing will ever clear that streak (no prober with one URL), so any
-    # failed poll of a live run would resubmit it at once (a second run on the same Hermes) and /readyz would show
-    # it lost for ever
+    # Then it is never lost: a failed poll of a live run never resubmits it (a second run on the same Hermes)
     assert not await lone.lost(SECOND, NOW + lost_ms)
     state = await lone.state(NOW + lost_ms, lines=False)
-    assert not state.upstreams[0].lost and not state.upstreams[0].unreachable_since_ms
+    assert not state.upstreams[0].lost
+    # And it reads unreachable only until the prober's first probe is answered (it asks an upstream nobody heard
+    # from lately at once)
+    await lone.health.report(SECOND, answered(Heard(), NOW + lost_ms))
+    state = await lone.state(NOW + lost_ms, lines=False)
+    assert state.upstreams[0].condition.value == "up" and not state.upstreams[0].unreachable_since_ms
 
 
 async def test_an_answer_an_old_replica_stored_ends_the_streak(redis: Redis) -> None:

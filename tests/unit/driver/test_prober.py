@@ -10,7 +10,9 @@ tests/e2e/test_upstream_faults.py and tests/integration/driver/test_orphans.py.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from types import SimpleNamespace
+from typing import Any
 
 from broker.driver.prober import Prober
 from broker.hermes.models import NotFound, Stopping, Unavailable
@@ -232,3 +234,41 @@ async def test_an_upstream_that_comes_back_is_seen_while_another_is_frozen() -> 
         assert not store.health.get("b", Health()).failing
     finally:
         looking.cancel()
+
+
+async def test_an_idle_upstream_is_asked_by_one_replica_at_a_time_and_found_down_without_a_job() -> None:
+    # Given two replicas, each watching two upstreams that answered at 1 s and then had nothing to do
+    store = Store()
+    replicas = []
+    for _ in range(2):
+        members, clients = fleet("a", "b")
+        for client in clients.values():
+            client.heard = answered(Heard(), 1_000)
+        replicas.append((Prober(members, store, lost_ms=LOST_MS), clients))  # type: ignore[arg-type]
+    probes: list[tuple[int, str]] = []
+    for _, clients in replicas:
+        for name, client in clients.items():
+            asked = client.get
+
+            async def counted(run_id: str, name: str = name, asked: Any = asked) -> object:
+                probes.append((_now[0], name))
+                return await asked(run_id)
+
+            client.get = counted  # type: ignore[method-assign]
+    # When both look every second for 10 s: nobody is asked while it answered lately, then one probe at a time
+    for now in range(1_000, 11_000, 1_000):
+        for prober, _ in replicas:
+            await tick(prober, now)
+    assert probes and min(at for at, _ in probes) >= 1_000 + LOST_MS // 2
+    for name in ("a", "b"):
+        times = [at for at, upstream in probes if upstream == name]
+        assert all(later - earlier >= 2_000 for earlier, later in itertools.pairwise(times)), times
+    assert not any(store.health.get(name, Health()).failing for name in ("a", "b"))
+    # And when B dies while idle, the next probe finds it unreachable (not lost: one failed probe starts the count)
+    for _, clients in replicas:
+        clients["b"].up = False
+    for now in range(11_000, 14_000, 1_000):
+        for prober, _ in replicas:
+            await tick(prober, now)
+    assert reach(store.health["b"], 14_000, LOST_MS).value == "unreachable"
+    assert not store.health["a"].failing

@@ -56,11 +56,23 @@ def test_a_refusal_of_an_answering_upstream_is_shown_as_stored() -> None:
     assert (now.condition, now.refusing, now.detail) == (Condition.REFUSING, HoldReason.DRAINING, "Draining.")
 
 
-def test_a_lone_upstream_keeps_no_health_and_shows_its_stored_refusal() -> None:
-    # Given health an earlier fleet left behind (a lone upstream's is not kept, so it is not read)
-    stale = Health(answered_ms=T0, failing_since_ms=T0 + 10, failed_ms=T0 + 20)
-    now = shown(NAME, BUSY, stale, 1, 10, T0 + 60_000, 0)
-    assert (now.condition, now.detail) == (Condition.BUSY, TOO_MANY)
+def test_a_lone_upstream_reads_unreachable_while_its_calls_fail_never_lost_never_busy() -> None:
+    # Given a lone upstream (no lost window) that answered 429, then failed every call for a minute
+    failing = Health(answered_ms=T0, failing_since_ms=T0 + 1_000, failed_ms=T0 + 60_000)
+    now = shown(NAME, BUSY, failing, 1, 10, T0 + 60_000, 0)
+    # Then it reads unreachable since then, with a detail of its own: never lost, never the stale 429
+    assert (now.condition, now.refusing, now.since_ms) == (Condition.UNREACHABLE, HoldReason.UNAVAILABLE, T0 + 1_000)
+    assert TOO_MANY not in now.detail and "lost" not in now.detail
+    # And once it answers again, the 429 before the failures is not current
+    back = Health(answered_ms=T0 + 61_000, failed_ms=T0 + 60_000)
+    assert shown(NAME, BUSY, back, 1, 10, T0 + 61_000, 0).condition is Condition.UP
+    # And a create it refused since says why, in the broker's words, its next create being the probe
+    refused = Refusal(reason=HoldReason.UNAVAILABLE, detail="Hermes refused the connection.", since_ms=T0 + 2_000)
+    now = shown(NAME, refused, failing, 0, 10, T0 + 60_000, 0)
+    assert (now.condition, now.detail) == (Condition.UNREACHABLE, "Hermes refused the connection.")
+    # but not one refused before its calls began to fail (a 401 answered then)
+    earlier = Refusal(reason=HoldReason.UNAVAILABLE, detail="Invalid API key", since_ms=T0, at_ms=T0 + 500)
+    assert "Invalid API key" not in shown(NAME, earlier, failing, 0, 10, T0 + 60_000, 0).detail
 
 
 @given(
