@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 
 from aiohttp import web
@@ -41,6 +42,9 @@ class UsageQuery:
         return cls(key, Range(since_s=since, until_s=until), "day" if bucket == "day" else "hour", _limit(query))
 
 
+_NUMBER = re.compile(r"[0-9]+(\.[0-9]*)?([eE][+-]?[0-9]+)?")
+
+
 def _invalid(param: str, message: str) -> InvalidRequest:
     return InvalidRequest("invalid_field", message, param=param)
 
@@ -49,10 +53,8 @@ def _seconds(query: Mapping[str, str], name: str, default: float) -> float:
     raw = query.get(name)
     if raw is None:
         return default
-    try:
-        value = float(raw) if raw.isascii() else math.nan
-    except ValueError:
-        value = math.nan
+    # a plain number: float() alone also takes surrounding whitespace, underscores and "inf"
+    value = float(raw) if _NUMBER.fullmatch(raw) else math.nan
     if not math.isfinite(value) or value < 0:
         raise _invalid(name, f"{name} must be a time in epoch seconds")
     return value
