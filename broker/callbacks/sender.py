@@ -19,7 +19,7 @@ import aiohttp
 from attrs import field, frozen
 from yarl import URL
 
-from broker.board.signing import signature
+from broker.board.signing import signed_headers
 from broker.callbacks.hosts import allowed_url
 from broker.callbacks.outbox import retry_in_ms
 from broker.clock import Clock
@@ -67,10 +67,8 @@ class CallbackDelivery:
 
 def webhook_headers(secrets: tuple[bytes, ...], message_id: str, timestamp_s: int, body: bytes) -> dict[str, str]:
     """The Standard Webhooks headers of one attempt; `webhook-signature` only when secrets are set."""
-    headers = {"Content-Type": "application/json", "webhook-id": message_id, "webhook-timestamp": str(timestamp_s)}
-    if secrets:
-        headers["webhook-signature"] = " ".join(signature(key, message_id, timestamp_s, body) for key in secrets)
-    return headers
+    unsigned = {"Content-Type": "application/json", "webhook-id": message_id, "webhook-timestamp": str(timestamp_s)}
+    return {**unsigned, **signed_headers(secrets, message_id, timestamp_s, body)}
 
 
 class CallbackSender:
