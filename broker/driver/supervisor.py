@@ -154,9 +154,15 @@ class Supervisor:
             free = self._concurrency - len(self._runners)
             if free <= 0:
                 continue  # a runner that ends rings the bell
-            grants = await self._deps.gate.admit(self._deps.clock.now_ms(), free)
+            now = self._deps.clock.now_ms()
+            grants = await self._deps.gate.admit(now, free)
             wake_at = grants.wake_at_ms
+            if grants.more:
+                self.ring()  # slots went unused (jobs held by their quotas): the next jobs in line may take them
             for grant in grants.grants:  # each came with its run lease (admission_claim.lua)
+                if grant.held:  # it waits out of the line (SPEC S4.4): looked at again if nothing returns it
+                    await self._leases.release(grant.job_id, grant.token, due_at_ms=now + self._deps.policy.hold_ms)
+                    continue
                 self._start(  # one routed nowhere (it waits for its busy upstream) goes back in line
                     grant.job_id,
                     grant.token,
@@ -245,6 +251,8 @@ class Supervisor:
                 if runner.has_slot:
                     await gate.release(job_id, freed=False, upstream=runner.slot_upstream)
                 due_at = runner.recheck_at
+            elif ending is Ending.HELD:
+                due_at = self._deps.clock.now_ms() + self._deps.policy.hold_ms
             elif ending is Ending.QUEUED and runner.queued is not None:
                 await gate.enter(job_id, runner.queued.place)  # normally there already (jobs of an older broker)
                 due_at = runner.queued.deadline_ms  # woken then to expire, unless granted before

@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import cast
 
+from attrs import evolve
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
@@ -50,6 +51,7 @@ from broker.store.connection import is_cluster
 from broker.store.grants import Acceptance, Grant, Grants, Refusal
 from broker.store.leases import new_token
 from broker.store.line_state import read_line_state, read_needs
+from broker.store.quota import QuotaStore
 from broker.store.replies import ints_and_ids as _ints_and_ids
 from broker.store.replies import scored as _scored
 from broker.store.replies import text as _text
@@ -98,8 +100,10 @@ class AdmissionStore:
         upstreams: Sequence[UpstreamSlots] = (),
         affinity: Affinity | None = None,
         replica: str = "",
+        quota: QuotaStore | None = None,
     ) -> None:
         self._redis = redis
+        self.quota = quota if quota else None  #: live quotas and token budgets (SPEC S4.4); None: none enforced
         self._replica = replica  #: the lease tokens of its grants name it (SPEC S3.2 `owner`)
         self._scripts = Scripts(redis)
         #: the per-job calls of a loop turn (accepted, release) in one pipeline, as the job writes (single Redis)
@@ -125,6 +129,9 @@ class AdmissionStore:
     async def admit(self, now_ms: int, most: int) -> Grants:
         """Take up to `most` jobs off the heads of the lines, oldest first, each with a slot and its run
         lease, as far as the limit allows."""
+        if self.quota is not None:  # held jobs whose keys have room again go back to their places first
+            for job_id, place in await self.quota.wake(now_ms):
+                await self.enter(job_id, place)
         full = now_ms - self._full_read_at >= FULL_READ_MS
         if not full and not self._known.any_waiting():
             return Grants([], None)  # no waiting job known here: the next full read looks again
@@ -167,6 +174,9 @@ class AdmissionStore:
             grants.append(
                 Grant(job_id, lease_token, stored, created, choice.upstream, choice.moved_from, choice.reason, place)
             )
+        held = await self._quotas(taken, routed, now_ms)
+        if held:
+            grants = [evolve(g, upstream=None, held=True) if g.job_id in held else g for g in grants]
         granted = [float(place) for jobs in routed.values() for _, place in jobs]
         room = sum(a.standing.limit for a in answers)
         moved = fair.after_pass(answers[0].virtual, granted, self._waiting, self.newcomers, room)
@@ -179,7 +189,31 @@ class AdmissionStore:
                 ([keys.line(partition), keys.fair(partition), keys.fair_top(partition)], []) for partition in drifted
             ]
             await run_many(self._redis, self._scripts.admission_fair_clear, calls)
-        return Grants(grants, wake or None)
+        return Grants(grants, wake or None, more=bool(held))
+
+    async def _quotas(self, taken: list[_Taken], routed: dict[str, list[tuple[str, str]]], now_ms: int) -> set[str]:
+        """Count the routed jobs' live runs against their keys' quotas (SPEC S4.4); those held instead leave `routed`
+        (their reserved slots go back) and wait out of the line."""
+        if self.quota is None or not routed:
+            return set()
+        views = {job_id: view for job_id, *_, view in taken if view is not None and not view.status.terminal}
+        order = [(job_id, place) for job_id, *_, place, _ in taken]
+        chosen = {job_id for jobs in routed.values() for job_id, _ in jobs}
+        candidates = [
+            (job_id, views[job_id].scheduling.fairness_key, place)
+            for job_id, place in order
+            if job_id in chosen and job_id in views
+        ]
+        finished = [
+            (job_id, view.scheduling.fairness_key) for job_id, *_, view in taken if view and view.status.terminal
+        ]
+        await self.quota.forget(finished)  # stopped while held: returned to the line, claimed, and done
+        held = await self.quota.take(candidates, now_ms, self.pacing.slot_ttl_ms)
+        for name, jobs in routed.items():
+            routed[name] = [(job_id, place) for job_id, place in jobs if job_id not in held]
+        for job_id in held:
+            self._slots.forget(job_id)
+        return held
 
     async def _claim(self, most: int, parked: set[str], now_ms: int, *, full: bool) -> list[_Taken]:
         """Claim up to `most` heads of the lines (none of `parked`); a known head that is gone (another replica took
@@ -335,6 +369,7 @@ class AdmissionStore:
         """The job goes back to its place (`place` when its slot no longer knows it); the upstream learns."""
         p, at = self.pacing, self.upstream(upstream)
         self._slots.forget(job_id)
+        await self._quota_released(job_id)
         reply = await self._scripts.admission_refused(
             keys=at.keys.scripts,
             args=[
@@ -359,6 +394,7 @@ class AdmissionStore:
     async def release(self, job_id: str, *, freed: bool, upstream: str | None = None) -> bool:
         """Give the job's slot up; True when this ended a refusal (a settled run freed the slot)."""
         in_flight = "1" if self._slots.in_flight(job_id) else "0"
+        await self._quota_released(job_id)
         reply = await self._run(
             self._scripts.admission_release,
             self.upstream(upstream).keys.scripts,
@@ -371,20 +407,36 @@ class AdmissionStore:
             script(keys=script_keys, args=args) if self._batch is None else self._batch.run(script, script_keys, args)
         )
 
+    async def _quota_released(self, job_id: str) -> None:
+        if self.quota is not None:
+            await self.quota.release(job_id)
+
     async def requeue(self, job_id: str, place: str, *, upstream: str | None = None) -> None:
         self._slots.forget(job_id)
+        await self._quota_released(job_id)
         back = await self._scripts.admission_requeue(keys=self.upstream(upstream).keys.scripts, args=[job_id, place])
         await self.enter(job_id, back.decode() if isinstance(back, bytes) else str(back))
 
     async def hold(
-        self, job_ids: Iterable[str], now_ms: int, *, renew_only: bool = False, upstream: str | None = None
+        self,
+        job_ids: Iterable[str],
+        now_ms: int,
+        *,
+        renew_only: bool = False,
+        upstream: str | None = None,
+        fairness_key: str | None = None,
     ) -> None:
         """(Re)take the slots of live runs this replica drives on one upstream: renewals (`renew_only`) and
-        takeovers."""
-        expiry = now_ms + self.pacing.slot_ttl_ms
-        mapping: dict[str, float] = {job_id: expiry for job_id in job_ids}
+        takeovers (of one job, whose `fairness_key` counts it against its quota)."""
+        ttl = self.pacing.slot_ttl_ms
+        mapping: dict[str, float] = {job_id: now_ms + ttl for job_id in job_ids}
         if mapping:
             await self._redis.zadd(self.upstream(upstream).keys.live, mapping, xx=renew_only)
+        if self.quota is not None and renew_only:
+            await self.quota.renew(mapping, now_ms, ttl)
+        elif self.quota is not None and fairness_key is not None:
+            for job_id in mapping:
+                await self.quota.hold(job_id, fairness_key, now_ms, ttl)
 
     async def enter(self, job_id: str, place: str) -> None:
         """Make sure a waiting job is in the line (jobs of an older broker, or after a lost write), counted among

@@ -58,6 +58,8 @@ NAMES = (
     "callback_result",
     "usage_record",
     "usage_replace",
+    "quota_take",
+    "quota_wake",
 )
 
 
@@ -102,6 +104,8 @@ class Scripts:
         self.session_history: AsyncScript = redis.register_script(source("session_history"))
         self.usage_record: AsyncScript = redis.register_script(source("usage_record"))
         self.usage_replace: AsyncScript = redis.register_script(source("usage_replace"))
+        self.quota_take: AsyncScript = redis.register_script(source("quota_take"))
+        self.quota_wake: AsyncScript = redis.register_script(source("quota_wake"))
 
     async def run(
         self,
