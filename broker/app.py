@@ -179,7 +179,7 @@ def _redis_context(url: str | None) -> Context:
             slots_of(app[fleet_key].upstreams),
             affinity=_affinity(app, redis),
             replica=app[replica_key],
-            quota=QuotaStore(redis, config.admission_quotas, app[usage_key]),
+            quota=QuotaStore(redis, config.admission_quotas, app[usage_key]) if config.admission_quotas else None,
         )
         app[conversations_key] = Conversations(
             SessionStore(redis, retention_ms=config.runs_retention_ms),

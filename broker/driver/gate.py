@@ -90,7 +90,7 @@ class Gate:
     async def held(self, view: JobView) -> bool:
         """Is the job held out of the line by its key's quota or budget (SPEC S4.4)?"""
         quota = self.store.quota
-        return quota is not None and not view.status.terminal and await quota.is_held(view)
+        return quota is not None and quota.enforced and not view.status.terminal and await quota.is_held(view)
 
     async def enter(self, job_id: str, place: str) -> None:
         await self.store.enter(job_id, place)

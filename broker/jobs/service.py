@@ -230,7 +230,9 @@ class JobService:
             if ordered(view) and (holder := holders.get(view.session_id or "")) is not None and holder != view.job_id
         }
         waiting = [view for view in waiting if view.job_id not in held]
-        if waiting and self._admission.quota is not None:  # held by their keys' quotas (SPEC S4.4)
+        if (
+            waiting and self._admission.quota is not None and self._admission.quota.enforced
+        ):  # held by their keys' quotas (SPEC S4.4)
             held.update(await self._admission.quota.holds(waiting, now))
             waiting = [view for view in waiting if view.job_id not in held]
         if waiting:

@@ -103,7 +103,7 @@ class AdmissionStore:
         quota: QuotaStore | None = None,
     ) -> None:
         self._redis = redis
-        self.quota = quota if quota else None  #: live quotas and token budgets (SPEC S4.4); None: none enforced
+        self.quota = quota  #: quotas per fairness key (SPEC S4.4); None: none
         self._replica = replica  #: the lease tokens of its grants name it (SPEC S3.2 `owner`)
         self._scripts = Scripts(redis)
         #: the per-job calls of a loop turn (accepted, release) in one pipeline, as the job writes (single Redis)
@@ -129,7 +129,7 @@ class AdmissionStore:
     async def admit(self, now_ms: int, most: int) -> Grants:
         """Take up to `most` jobs off the heads of the lines, oldest first, each with a slot and its run
         lease, as far as the limit allows."""
-        if self.quota is not None:  # held jobs whose keys have room again go back to their places first
+        if self.quota is not None and self.quota.enforced:  # held jobs whose keys have room go back to their places
             for job_id, place in await self.quota.wake(now_ms):
                 await self.enter(job_id, place)
         full = now_ms - self._full_read_at >= FULL_READ_MS
@@ -194,7 +194,7 @@ class AdmissionStore:
     async def _quotas(self, taken: list[_Taken], routed: dict[str, list[tuple[str, str]]], now_ms: int) -> set[str]:
         """Count the routed jobs' live runs against their keys' quotas (SPEC S4.4); those held instead leave `routed`
         (their reserved slots go back) and wait out of the line."""
-        if self.quota is None or not routed:
+        if self.quota is None or not self.quota.enforced or not routed:
             return set()
         views = {job_id: view for job_id, *_, view in taken if view is not None and not view.status.terminal}
         order = [(job_id, place) for job_id, *_, place, _ in taken]
@@ -408,7 +408,7 @@ class AdmissionStore:
         )
 
     async def _quota_released(self, job_id: str) -> None:
-        if self.quota is not None:
+        if self.quota is not None and self.quota.enforced:
             await self.quota.release(job_id)
 
     async def requeue(self, job_id: str, place: str, *, upstream: str | None = None) -> None:
@@ -432,9 +432,11 @@ class AdmissionStore:
         mapping: dict[str, float] = {job_id: now_ms + ttl for job_id in job_ids}
         if mapping:
             await self._redis.zadd(self.upstream(upstream).keys.live, mapping, xx=renew_only)
-        if self.quota is not None and renew_only:
+        if self.quota is None or not self.quota.enforced:
+            return
+        if renew_only:
             await self.quota.renew(mapping, now_ms, ttl)
-        elif self.quota is not None and fairness_key is not None:
+        elif fairness_key is not None:
             for job_id in mapping:
                 await self.quota.hold(job_id, fairness_key, now_ms, ttl)
 

@@ -67,9 +67,7 @@ class QuotaStore:
         self._live: dict[str, str] = {}  #: job -> its key, for the live runs this replica counted or took over
         self._budgets: dict[str, tuple[int, int, int]] = {}  #: key -> (read at ms, retry at ms or 0, tokens used)
         self._looked_at = -RECHECK_MS
-
-    def __bool__(self) -> bool:
-        return self.quotas.enforced()
+        self.enforced = quotas.enforced()  #: a quota limits live runs or tokens: passes take and hold
 
     def applies(self, key: str) -> bool:
         quota = self.quotas.of(key)
@@ -111,7 +109,7 @@ class QuotaStore:
     async def wake(self, now_ms: int, *, every_ms: int = 200) -> list[tuple[str, str]]:
         """The held jobs whose keys have room again, as (job, place), to go back to the line (at most every
         `every_ms`: a pass calls this each time)."""
-        if not self or now_ms - self._looked_at < every_ms:
+        if not self.enforced or now_ms - self._looked_at < every_ms:
             return []
         self._looked_at = now_ms
         due = [text(key) for key in await self._redis.zrangebyscore(keys.QUOTA_HELD_KEYS, "-inf", now_ms, 0, WAKE_KEYS)]
@@ -182,11 +180,11 @@ class QuotaStore:
     async def figures(self, now_ms: int, also: Iterable[str] = ()) -> list[KeyQuota]:
         """Each key's use of its quota: the keys named in ADMISSION_QUOTAS, those holding jobs, and `also` (the keys
         with most waiting jobs), nearest their limits first."""
-        if not self:
+        if not self.quotas:
             return []
         held_keys = [text(key) for key in await self._redis.zrange(keys.QUOTA_HELD_KEYS, 0, 49)]
         chosen = [key for key in dict.fromkeys([*(k for k, _ in self.quotas.keys), *held_keys, *also])]
-        chosen = [key for key in chosen if self.applies(key)]
+        chosen = [key for key in chosen if self.quotas.of(key) != Quota()]
         async with self._redis.pipeline(transaction=False) as pipe:
             for key in chosen:
                 pipe.zcount(keys.quota_live(key), f"({now_ms}", "+inf")
