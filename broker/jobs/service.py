@@ -121,7 +121,9 @@ class JobService:
         )
         try:
             bound = bound_of(self._quotas, self._max_waiting, scheduling.fairness_key)
-            outcome = await self._writer.create(event, bound)
+            quota = self._admission.quota if self._admission is not None else None
+            held = await quota.held(bound, scheduling.fairness_key) if quota is not None and bound else (0, 0)
+            outcome = await self._writer.create(event, bound, held)
         except QueueFull as full:
             if took and self._conversations is not None and request.session_id is not None:
                 await self._conversations.withdraw(request.session_id, job_id, now)  # no job: the session is free

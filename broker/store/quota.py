@@ -22,7 +22,7 @@ from typing import cast
 from attrs import frozen
 from redis.asyncio import Redis
 
-from broker.admission.quotas import Quota, Quotas, budget_hours, budget_retry
+from broker.admission.quotas import Bound, Quota, Quotas, budget_hours, budget_retry
 from broker.events import HoldReason
 from broker.store import keys
 from broker.store.replies import text
@@ -95,6 +95,22 @@ class QuotaStore:
             else:
                 held.add(job_id)
         return held
+
+    async def held(self, bound: Bound, key: str) -> tuple[int, int]:
+        """Jobs held out of the line (of `key`, in all) that a create's waiting `bound` counts (SPEC S4.4: they wait):
+        one round trip for the key's, two for all (the keys holding jobs, then their counts)."""
+        if not self.enforced:
+            return 0, 0
+        mine = int(await self._redis.zcard(keys.quota_held(key))) if bound.key and self.applies(key) else 0
+        if not bound.all:
+            return mine, 0
+        held_keys = [text(k) for k in await self._redis.zrange(keys.QUOTA_HELD_KEYS, 0, -1)]
+        if not held_keys:
+            return mine, 0
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for held_key in held_keys:
+                pipe.zcard(keys.quota_held(held_key))
+            return mine, sum(int(n) for n in await pipe.execute())
 
     async def forget(self, jobs: Sequence[tuple[str, str]]) -> None:
         """The (job, key) finished while held: off their keys' held jobs."""

@@ -147,3 +147,47 @@ async def test_a_held_job_that_is_stopped_is_cancelled_and_forgotten(
 
 async def _none_held(redis: Redis, key: str) -> bool:
     return await redis.zcard(keys.quota_held(key)) == 0
+
+
+async def test_held_jobs_count_as_waiting_for_their_keys_quota_and_show_in_readyz(
+    make_replica: ClientFactory, redis: Redis
+) -> None:
+    # Given key a with one live run at a time and 3 jobs waiting at most, its first run live and 3 more held
+    quotas = Quotas(keys=(("a", Quota(live=1, waiting=3)),))
+    replica = await make_replica(hermes_max_concurrent=4, admission_quotas=quotas)
+    await submit(replica, "a 0 sleep:3", key="a")
+    for i in range(1, 4):
+        await submit(replica, f"a {i}", key="a")
+    await eventually(lambda: _held(redis, "a", 3))
+    # When a creates a fourth while its three wait out of the line
+    answer = await replica.post("/v1/runs", json={"input": "a 4", "scheduling": {"fairness_key": "a"}})
+    # Then it is refused by its waiting quota
+    body = await answer.json()
+    assert (
+        answer.status == 429 and body["error"]["code"] == "queue_full" and "waiting quota" in body["error"]["message"]
+    )
+    # And /readyz shows a at its limits: 1 of 1 live, 3 held of 3 waiting
+    shown = (await (await replica.get("/readyz")).json())["admission"]["quotas"]
+    assert [(q["key"], q["live"], q["live_quota"], q["held"], q["waiting"], q["waiting_quota"]) for q in shown] == [
+        ("a", 1, 1, 3, 3, 3)
+    ]
+    assert shown[0]["held_for"] == "quota" and shown[0]["tokens_used"] is None
+
+
+async def test_held_jobs_count_towards_the_lines_bound(make_replica: ClientFactory, redis: Redis) -> None:
+    # Given key a with one live run at a time, the line bounded at 3, a's first run live and 3 more held
+    quotas = Quotas(keys=(("a", Quota(live=1)),))
+    replica = await make_replica(hermes_max_concurrent=4, admission_quotas=quotas, admission_max_waiting=3)
+    await submit(replica, "a 0 sleep:3", key="a")
+    for i in range(1, 4):
+        await submit(replica, f"a {i}", key="a")
+    await eventually(lambda: _held(redis, "a", 3))
+    # When another key creates while the line itself is empty
+    answer = await replica.post("/v1/runs", json={"input": "b 1", "scheduling": {"fairness_key": "b"}})
+    # Then it is refused: the held jobs wait too
+    body = await answer.json()
+    assert answer.status == 429 and "ADMISSION_MAX_WAITING" in body["error"]["message"]
+
+
+async def _held(redis: Redis, key: str, count: int) -> bool:
+    return await redis.zcard(keys.quota_held(key)) == count
