@@ -10,6 +10,7 @@ from aiohttp.test_utils import TestClient
 from redis.asyncio import Redis
 
 from broker.admission.quotas import Quota, Quotas
+from broker.clock import SystemClock
 from broker.simulator.state import Simulator
 from broker.store import keys
 from tests.conftest import BOTH_BACKENDS
@@ -120,6 +121,40 @@ async def test_a_key_over_its_token_budget_holds_until_the_window_allows_and_oth
     assert "1000 tokens per 1h" in holds[0]["detail"]  # type: ignore[index]
     assert [(await job(replica, job_id))["status"] for job_id in a[2:]] == ["queued", "queued"]
     assert len(create_keys(sim, 202)) == 3  # a's two and b's one: the budget held a's third
+
+
+class ShiftedClock:
+    """The system's time, moved on by `shift_ms` when a test says an hour has passed."""
+
+    def __init__(self) -> None:
+        self.shift_ms = 0
+
+    def now_ms(self) -> int:
+        return SystemClock().now_ms() + self.shift_ms
+
+
+async def test_a_budget_held_key_starts_again_when_its_hour_leaves_the_window(
+    make_replica: ClientFactory, sim: Simulator
+) -> None:
+    # Given key a over its budget of 1,000 tokens per hour, its third job held with reason budget
+    clock = ShiftedClock()
+    quotas = Quotas(keys=(("a", Quota(tokens=1_000, window="1h")),))
+    replica = await make_replica(hermes_max_concurrent=1, admission_quotas=quotas, clock=clock)
+    a = [await submit(replica, f"a {i} tokens:600", key="a") for i in range(3)]
+    for job_id in a[:2]:
+        await settled(replica, job_id)
+
+    async def held_for_budget() -> dict[str, Any] | None:
+        hold = await hold_of(replica, a[2])
+        return hold if hold is not None and hold["reason"] == "budget" else None
+
+    hold = await eventually(held_for_budget)
+    # When the broker's time passes the hold's retry_at (the hour of the 1,200 tokens leaves the window)
+    clock.shift_ms = int(hold["retry_at"] * 1000) - SystemClock().now_ms() + 1
+    # Then the held job starts and completes, its tokens counted in the new hour
+    done = await settled(replica, a[2], timeout=30)
+    assert done["status"] == "completed" and done["usage"]["total_tokens"] == 600
+    assert a[2] in create_keys(sim, 202)
 
 
 async def test_a_held_job_that_is_stopped_is_cancelled_and_forgotten(
