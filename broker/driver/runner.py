@@ -90,10 +90,13 @@ class Runner:
         upstream: str | None = None,
         moved: tuple[str, str] | None = None,
         place: str | None = None,
+        waited_until: int = 0,
     ) -> None:
         self.job_id = job_id
         self._place = place  #: where the job was in the line when granted (None: not granted from it)
-        self._turn_since = 0  #: when its turn of its session began (SPEC S4.3)
+        #: when its turn of its session began (SPEC S4.3), or its wait for its key's quota ended (S4.4): its wait for
+        #: Hermes (RUNS_HOLD) counts from then
+        self._turn_since = waited_until
         self.recheck_at: int | None = None  #: set when it ends PARKED_FOR_SESSION: when it looks again
         self.token = token
         self.has_slot = admitted  #: this runner holds the job's admission slot
@@ -194,7 +197,7 @@ class Runner:
         now = self._deps.clock.now_ms()
         turn = await conversations.check(view, now, self._place or line_place(view))
         if turn.holds:
-            self._turn_since = turn.since_ms
+            self._turn_since = max(self._turn_since, turn.since_ms)
             return True
         self.view = view
         self.recheck_at = recheck_at(turn, now)

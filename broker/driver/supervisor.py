@@ -172,6 +172,7 @@ class Supervisor:
                     upstream=grant.upstream,
                     moved=(grant.moved_from, grant.moved_because or "") if grant.moved_from else None,
                     place=grant.place,
+                    waited_until=grant.waited_until_ms,
                 )
 
     async def _claim(self, job_id: str) -> bool:
@@ -196,6 +197,7 @@ class Supervisor:
         upstream: str | None = None,
         moved: tuple[str, str] | None = None,
         place: str | None = None,
+        waited_until: int = 0,
     ) -> None:
         self._log.debug("Acquired a run lease.", extra={"job": job_id, "replica": self.replica})
         runner = Runner(
@@ -208,6 +210,7 @@ class Supervisor:
             upstream=upstream,
             moved=moved,
             place=place,
+            waited_until=waited_until,
         )
         task = asyncio.create_task(self._run(runner), name=f"runner-{job_id}")
         self._runners[job_id] = (runner, task)

@@ -51,7 +51,7 @@ from broker.store.connection import is_cluster
 from broker.store.grants import Acceptance, Grant, Grants, Refusal
 from broker.store.leases import new_token
 from broker.store.line_state import read_line_state, read_needs
-from broker.store.quota import QuotaStore
+from broker.store.quota import QuotaStore, Taken
 from broker.store.replies import ints_and_ids as _ints_and_ids
 from broker.store.replies import scored as _scored
 from broker.store.replies import text as _text
@@ -174,9 +174,17 @@ class AdmissionStore:
             grants.append(
                 Grant(job_id, lease_token, stored, created, choice.upstream, choice.moved_from, choice.reason, place)
             )
-        held = await self._quotas(taken, routed, now_ms)
-        if held:
-            grants = [evolve(g, upstream=None, held=True) if g.job_id in held else g for g in grants]
+        quota = await self._quotas(taken, routed, now_ms)
+        held = quota.held
+        if held or quota.waited:
+            grants = [
+                evolve(g, upstream=None, held=True)
+                if g.job_id in held
+                else evolve(g, waited_until_ms=now_ms)
+                if g.job_id in quota.waited
+                else g
+                for g in grants
+            ]
         granted = [float(place) for jobs in routed.values() for _, place in jobs]
         room = sum(a.standing.limit for a in answers)
         moved = fair.after_pass(answers[0].virtual, granted, self._waiting, self.newcomers, room)
@@ -191,11 +199,11 @@ class AdmissionStore:
             await run_many(self._redis, self._scripts.admission_fair_clear, calls)
         return Grants(grants, wake or None, more=bool(held))
 
-    async def _quotas(self, taken: list[_Taken], routed: dict[str, list[tuple[str, str]]], now_ms: int) -> set[str]:
+    async def _quotas(self, taken: list[_Taken], routed: dict[str, list[tuple[str, str]]], now_ms: int) -> Taken:
         """Count the routed jobs' live runs against their keys' quotas (SPEC S4.4); those held instead leave `routed`
         (their reserved slots go back) and wait out of the line."""
         if self.quota is None or not self.quota.enforced or not routed:
-            return set()
+            return Taken()
         views = {job_id: view for job_id, *_, view in taken if view is not None and not view.status.terminal}
         order = [(job_id, place) for job_id, *_, place, _ in taken]
         chosen = {job_id for jobs in routed.values() for job_id, _ in jobs}
@@ -208,12 +216,12 @@ class AdmissionStore:
             (job_id, view.scheduling.fairness_key) for job_id, *_, view in taken if view and view.status.terminal
         ]
         await self.quota.forget(finished)  # stopped while held: returned to the line, claimed, and done
-        held = await self.quota.take(candidates, now_ms, self.pacing.slot_ttl_ms)
+        decided = await self.quota.take(candidates, now_ms, self.pacing.slot_ttl_ms)
         for name, jobs in routed.items():
-            routed[name] = [(job_id, place) for job_id, place in jobs if job_id not in held]
-        for job_id in held:
+            routed[name] = [(job_id, place) for job_id, place in jobs if job_id not in decided.held]
+        for job_id in decided.held:
             self._slots.forget(job_id)
-        return held
+        return decided
 
     async def _claim(self, most: int, parked: set[str], now_ms: int, *, full: bool) -> list[_Taken]:
         """Claim up to `most` heads of the lines (none of `parked`); a known head that is gone (another replica took

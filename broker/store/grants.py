@@ -16,6 +16,9 @@ class Grant:
     moved_because: str | None = None  #: why it moved (`job.rerouted` reason)
     place: str | None = None  #: its score in the line when claimed (a turn that waits for its session keeps it)
     held: bool = False  #: its key is at its quota or budget (SPEC S4.4): it waits out of the line, undriven
+    #: it waited for its key's quota until then (epoch ms; 0: it did not): its wait for Hermes begins then, the
+    #: quota's wait does not count towards RUNS_HOLD
+    waited_until_ms: int = 0
 
 
 @frozen

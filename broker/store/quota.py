@@ -44,6 +44,14 @@ _TOTAL = FIELDS.index("total_tokens")
 
 
 @frozen
+class Taken:
+    """What a pass's take decided: the jobs held, and those taken that had been held."""
+
+    held: frozenset[str] = frozenset()
+    waited: frozenset[str] = frozenset()
+
+
+@frozen
 class KeyQuota:
     """One key's use of its quota (SPEC S4.4: /readyz, the console)."""
 
@@ -73,11 +81,12 @@ class QuotaStore:
         quota = self.quotas.of(key)
         return bool(quota.live or quota.tokens)
 
-    async def take(self, jobs: Sequence[tuple[str, str, str]], now_ms: int, ttl_ms: int) -> set[str]:
-        """Count the (job, key, place) a pass grants as live runs of their keys, in order; the jobs held instead."""
+    async def take(self, jobs: Sequence[tuple[str, str, str]], now_ms: int, ttl_ms: int) -> Taken:
+        """Count the (job, key, place) a pass grants as live runs of their keys, in order; the jobs held instead, and
+        those taken that had been held (their wait for Hermes begins now)."""
         jobs = [job for job in jobs if self.applies(job[1])]
         if not jobs:
-            return set()
+            return Taken()
         index: dict[str, int] = {}
         script_keys = [keys.QUOTA_HELD_KEYS, keys.QUOTA_HOLDS]
         args: list[str | int] = [now_ms, now_ms + ttl_ms, now_ms + RECHECK_MS]
@@ -89,12 +98,15 @@ class QuotaStore:
             args.extend((index[key], key, job_id, self.quotas.of(key).live or 0, place, budget))
         reply = cast(list[int], await self._take(keys=script_keys, args=args))
         held: set[str] = set()
+        waited: set[str] = set()
         for (job_id, key, _), taken in zip(jobs, reply, strict=True):
-            if int(taken) == 1:
-                self._live[job_id] = key
-            else:
+            if int(taken) == 0:
                 held.add(job_id)
-        return held
+                continue
+            self._live[job_id] = key
+            if int(taken) == 2:
+                waited.add(job_id)
+        return Taken(frozenset(held), frozenset(waited))
 
     async def held(self, bound: Bound, key: str) -> tuple[int, int]:
         """Jobs held out of the line (of `key`, in all) that a create's waiting `bound` counts (SPEC S4.4: they wait):

@@ -7,7 +7,7 @@
 -- ARGV[1] now (epoch ms)   ARGV[2] expiry of a live entry (epoch ms)   ARGV[3] recheck (epoch ms)
 -- ARGV[4..] per job, six values: key index i (1-based), fairness key, job, live quota (0: none), place,
 --   budget (0: within it; else the epoch ms it allows runs again)
--- Returns per job 1 (taken: counted live) or 0 (held), in the order given.
+-- Returns per job 1 (taken: counted live), 2 (taken after it was held) or 0 (held), in the order given.
 local now = tonumber(ARGV[1])
 local cleaned = {}
 local taken = {}
@@ -36,8 +36,7 @@ for a = 4, #ARGV, 6 do
     taken[#taken + 1] = 0
   else
     redis.call('ZADD', live, ARGV[2], job)
-    redis.call('ZREM', held, job)
-    taken[#taken + 1] = 1
+    taken[#taken + 1] = 1 + redis.call('ZREM', held, job)
   end
 end
 return taken

@@ -226,3 +226,34 @@ async def test_held_jobs_count_towards_the_lines_bound(make_replica: ClientFacto
 
 async def _held(redis: Redis, key: str, count: int) -> bool:
     return await redis.zcard(keys.quota_held(key)) == count
+
+
+async def test_a_long_wait_for_a_quota_does_not_count_towards_runs_hold(
+    make_replica: ClientFactory, sim: Simulator
+) -> None:
+    # Given RUNS_HOLD of 1.5 s, key a with one live run at a time: a 4 s run live and a second job held behind it
+    quotas = Quotas(keys=(("a", Quota(live=1)),))
+    replica = await make_replica(hermes_max_concurrent=4, admission_quotas=quotas, runs_hold_ms=1_500)
+    first = await submit(replica, "a 0 sleep:4", key="a")
+    second = await submit(replica, "a 1", key="a")
+
+    async def running() -> bool:
+        return (await job(replica, first))["status"] == "running"
+
+    await eventually(running)
+    # When Hermes answers 429 to creates by the time the first run ends, 4 s after the second was created
+    sim.settings.busy = True
+    await settled(replica, first)
+
+    async def held_busy() -> dict[str, Any] | None:
+        current = await job(replica, second)
+        refused = current["last_event"] == "job.held"  # Hermes's 429 to its own create, recorded
+        return current if current["status"] != "queued" or refused else None
+
+    # Then the second waits for Hermes from its grant, not from its create: held busy, not failed hold_expired
+    shown = await eventually(held_busy)
+    assert shown["status"] == "queued", shown
+    assert shown["hold"]["since"] > shown["created_at"] + 3
+    # And it runs once Hermes takes creates again
+    sim.settings.busy = False
+    assert (await settled(replica, second))["status"] == "completed"
