@@ -12,18 +12,16 @@ however many jobs it grants:
   3. claims the first n heads (admission_claim.lua per head, in one pipeline; each in the job's slot: off
      the line, its run lease taken, due for takeover, its view read); a head another replica took is
      skipped;
-  4. gives the claimed jobs their reserved slots and the unused reservations back (admission_grant.lua, which
+  4. with quotas of live runs or tokens (SPEC S4.4), counts the routed jobs' live runs against their keys'
+     quotas, or holds them out of the line (quota_take.lua in `{quota}`, one round trip; broker/store/quota.py);
+  5. gives the claimed jobs their reserved slots and the unused reservations back (admission_grant.lua, which
      also moves each priority's virtual time V, fair.after_pass; step 1 returns V to the replica).
-A crash between steps loses nothing: a reservation expires by itself (RUNS_LEASE) and a claimed job is
-due for takeover. A slot is keyed by its job: the job's run lease decides who holds it, its expiry
-(renewed with the lease) returns a dead replica's slots within RUNS_LEASE.
+A crash between steps loses nothing: a reservation expires by itself (RUNS_LEASE), a claimed job is due for
+takeover, and a live run counted for a quota expires with its slot. A slot is keyed by its job: the job's run lease
+decides who holds it, its expiry (renewed with the lease) returns a dead replica's slots within RUNS_LEASE.
 
-Step 2 reads every partition's line at most every FULL_READ_MS; in between, only the lines that may have
-changed since this replica read them (broker/admission/heads.py keeps their first jobs): a job joined (a `line J`
-message, which the create's write and `enter` publish to every replica), or a head it tried to claim was gone
-(another replica took it: the pass reads that line again and claims on, CLAIM_ROUNDS at most), or the pass needs more
-of a long line than it knows. A pass of a long line then costs the reads of the lines that changed instead of 64;
-an older replica's requeue (it publishes nothing) is seen by the next full read.
+Steps 2 and 3 are broker/store/line_claims.py: a pass reads only the lines that may have changed since this replica
+last read them, and every line at most every FULL_READ_MS.
 """
 
 from __future__ import annotations
@@ -36,13 +34,11 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
 from broker.admission import fair
-from broker.admission.heads import DEPTH, KnownHeads
 from broker.admission.known_slots import KnownSlots
 from broker.admission.newcomers import Newcomers
 from broker.admission.pacing import Pacing
 from broker.admission.route import Need, route, take
 from broker.admission.state import INITIAL_LIMIT, LineState
-from broker.codec import decode_view
 from broker.events import HoldReason
 from broker.store import keys, signals
 from broker.store.affinity import Affinity
@@ -50,41 +46,18 @@ from broker.store.batch import ScriptBatch
 from broker.store.connection import is_cluster
 from broker.store.grants import Acceptance, Grant, Grants, Refusal
 from broker.store.leases import new_token
+from broker.store.line_claims import Claimed, LineClaims
 from broker.store.line_state import read_line_state, read_needs
 from broker.store.quota import QuotaStore, Taken
 from broker.store.replies import ints_and_ids as _ints_and_ids
-from broker.store.replies import scored as _scored
-from broker.store.replies import text as _text
 from broker.store.scripts import Args, Scripts, run_many
 from broker.store.upstream_admission import UpstreamSlots, grant_calls, need_of, reserved
 from broker.store.upstream_health import HealthStore
 from broker.upstreams.health import is_lost
 from projections.job import JobView
 
-#: How often a pass reads every partition's line (else only those known to hold waiting jobs).
-FULL_READ_MS = 500
-#: How often a full read also looks for counts of waiting jobs left beside an empty line (an older broker's drift).
-DRIFT_CHECK_MS = 10_000
-#: Claim rounds of one pass at most: a head known here that is gone sends the pass back to read its line.
-CLAIM_ROUNDS = 3
 #: Most jobs a replica remembers as waiting for a busy upstream (SPEC S10), not to claim them while it has no room.
 MAX_PARKED = 10_000
-
-
-#: A claimed job: (job, lease token, stored view fields, JobCreated JSON, place, view).
-_Taken = tuple[str, str, dict[str, str], str | None, str, JobView | None]
-
-
-def _taken(job_id: str, lease_token: str, claimed: list[object]) -> _Taken:
-    """A claimed job from admission_claim.lua's reply."""
-    stored = {
-        name: _text(value)
-        for name, value in zip(("state", "last_id", "board"), claimed[2:5], strict=False)
-        if value is not None
-    }
-    created = _text(claimed[5]) if len(claimed) > 5 and claimed[5] is not None else None
-    view = decode_view(stored["state"]) if "state" in stored else None
-    return (job_id, lease_token, stored, created, _text(claimed[1]), view)
 
 
 class AdmissionStore:
@@ -118,11 +91,8 @@ class AdmissionStore:
         self.lost_ms = pacing.upstream_lost_ms if len(self.upstreams) > 1 else 0
         self.virtual = virtual or fair.VirtualTimes()  #: V per priority, learnt with every pass (SPEC S4.2)
         self.newcomers = Newcomers(len(fair.PRIORITIES))  #: the latest jobs heard to start at V
-        self._drifted: list[int] = []  #: partitions read with an empty line but counts of waiting jobs
         self._slots = KnownSlots()  #: the slots this replica granted, and the acceptances it wrote
-        self._known = KnownHeads()  #: the lines' first jobs as last read here, and which lines changed since
-        self._full_read_at = -FULL_READ_MS  #: when a pass last read every partition (epoch ms)
-        self._drift_checked_at = -DRIFT_CHECK_MS
+        self._line = LineClaims(redis, self._scripts, replica, pacing.slot_ttl_ms)  #: the lines' heads, claimed
         #: jobs bound to a busy upstream (SPEC S10), left in line by this replica's passes while it has no room
         self._parked: dict[str, str] = {}
 
@@ -132,8 +102,8 @@ class AdmissionStore:
         if self.quota is not None and self.quota.enforced:  # held jobs whose keys have room go back to their places
             for job_id, place in await self.quota.wake(now_ms):
                 await self.enter(job_id, place)
-        full = now_ms - self._full_read_at >= FULL_READ_MS
-        if not full and not self._known.any_waiting():
+        full = self._line.full(now_ms)
+        if not full and not self._line.any_waiting():
             return Grants([], None)  # no waiting job known here: the next full read looks again
         p, token = self.pacing, new_token()
         replies = await run_many(  # every upstream's own slot (SPEC S10); one script in one round trip for one URL
@@ -151,10 +121,10 @@ class AdmissionStore:
         if not count:
             return Grants([], wake or None)  # at the limits, or pacing refusals: one round trip
         if full:
-            self._full_read_at = now_ms
+            self._line.read_all_at(now_ms)
         roomless = {a.upstream.name for a in answers if not a.reservations}
         parked = {job_id for job_id, upstream in self._parked.items() if upstream in roomless}
-        taken = await self._claim(min(count, most), parked, now_ms, full=full)
+        taken = await self._line.claim(min(count, most), parked, now_ms, full=full)
         sessions = [v.session_id for *_, v in taken if v is not None and v.attempt == 1 and v.session_id]
         affinities = await self._affinity.of(sessions) if self._affinity is not None and sessions else {}
         grants: list[Grant] = []
@@ -191,15 +161,15 @@ class AdmissionStore:
         settle = grant_calls(answers, routed, now_ms, p.slot_ttl_ms, moved)
         await run_many(self._redis, self._scripts.admission_grant, settle)
         self.virtual.learn([moved.get(q, v) for q, v in zip(fair.PRIORITIES, answers[0].virtual, strict=True)], now_ms)
-        if self._drifted:  # rare: jobs moved by an older broker's scripts, which do not count them
-            drifted, self._drifted = self._drifted, []
+        if self._line.drifted:  # rare: jobs moved by an older broker's scripts, which do not count them
+            drifted, self._line.drifted = self._line.drifted, []
             calls: list[tuple[list[str], list[str]]] = [
                 ([keys.line(partition), keys.fair(partition), keys.fair_top(partition)], []) for partition in drifted
             ]
             await run_many(self._redis, self._scripts.admission_fair_clear, calls)
         return Grants(grants, wake or None, more=bool(held))
 
-    async def _quotas(self, taken: list[_Taken], routed: dict[str, list[tuple[str, str]]], now_ms: int) -> Taken:
+    async def _quotas(self, taken: list[Claimed], routed: dict[str, list[tuple[str, str]]], now_ms: int) -> Taken:
         """Count the routed jobs' live runs against their keys' quotas (SPEC S4.4); those held instead leave `routed`
         (their reserved slots go back) and wait out of the line."""
         if self.quota is None or not self.quota.enforced or not routed:
@@ -223,34 +193,6 @@ class AdmissionStore:
             self._slots.forget(job_id)
         return decided
 
-    async def _claim(self, most: int, parked: set[str], now_ms: int, *, full: bool) -> list[_Taken]:
-        """Claim up to `most` heads of the lines (none of `parked`); a known head that is gone (another replica took
-        it, or it was stopped) sends the pass back to read its line, CLAIM_ROUNDS times at most."""
-        taken: list[_Taken] = []
-        tried: set[str] = set()
-        for attempt in range(CLAIM_ROUNDS):
-            wanted = most - len(taken)
-            skipped = parked | tried
-            read = await self._heads(wanted + len(skipped), now_ms, full=full and attempt == 0)
-            heads = [head for head in read if head[0] not in skipped][:wanted]
-            if not heads:
-                break
-            claims = await run_many(self._redis, self._scripts.admission_claim, self._claim_calls(heads, now_ms))
-            lost = False
-            for (job_id, lease_token, partition), claim in zip(heads, claims, strict=True):
-                claimed = cast(list[object], claim)
-                tried.add(job_id)
-                if claimed[0] == 1:
-                    taken.append(_taken(job_id, lease_token, claimed))
-                    self._known.taken(job_id, partition, gone=False)
-                elif claimed[0] == 0:  # not in the line any more: another replica took it, or it was stopped
-                    self._known.taken(job_id, partition, gone=True)
-                    lost = True
-                # -1: another replica drives it (it stays in the line): not granted here
-            if not lost or len(taken) >= most:
-                break
-        return taken
-
     async def lost(self, upstream: str | None, now_ms: int) -> bool:
         """Have calls to the upstream got no answer, at any replica, for HERMES_UPSTREAM_LOST?"""
         return self.lost_ms > 0 and is_lost(await self.health.read(upstream), now_ms, self.lost_ms)
@@ -261,89 +203,15 @@ class AdmissionStore:
         self._parked[job_id] = upstream
 
     def _waiting(self, priority: int) -> int | None:
-        return fair.smallest(self._known.scores(), priority)  # the smallest tag known to wait, after the claims
+        return self._line.smallest(priority)  # the smallest tag known to wait, after the claims
 
     def heard(self, job_id: str, newcomer: tuple[int, int] | None = None) -> None:
         """A job is (back) in the line: the next pass reads its partition. `newcomer`: (score, advance) of a job
         that started at V (SPEC S4.2)."""
-        self._known.changed(keys.partition_of(job_id))
+        self._line.changed(keys.partition_of(job_id))
         found = None if newcomer is None else fair.band_of(newcomer[0])
         if newcomer is not None and found is not None:
             self.newcomers.entered(found[0], found[1], newcomer[1])
-
-    async def _heads(self, most: int, now_ms: int, *, full: bool) -> list[tuple[str, str, int]]:
-        """The first `most` waiting jobs over the lines, in line order, as (job, a new lease token, partition): the
-        lines read are every line (`full`), or those that may have changed since this replica last read them
-        (broker/admission/heads.py). When jobs of one score are among the heads it reaches, one more read orders
-        them by arrival (their created ms)."""
-        read = list(keys.partitions()) if full else self._known.to_read(most)
-        depth = max(most, DEPTH)
-        if read:
-            self._known.reading(read)
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for partition in read:  # raw: redis-py's pairing of scores cost more than the read itself
-                    pipe.execute_command("ZRANGE", keys.line(partition), 0, depth - 1, "WITHSCORES")
-                replies = await pipe.execute()
-            lines = {partition: _scored(reply) for partition, reply in zip(read, replies, strict=True)}
-            for partition, line in lines.items():
-                self._known.read(partition, line, depth)
-            if full and now_ms - self._drift_checked_at >= DRIFT_CHECK_MS:
-                self._drift_checked_at = now_ms
-                await self._check_drift([partition for partition, line in lines.items() if not line])
-        merged = self._known.merged(most)
-        tied = fair.tied_at_cut(merged, most)
-        if tied:  # jobs of one tag (keys without a turn, between two grants) among the heads: the oldest go first
-            merged = await self._by_arrival(merged, tied, most)
-        return [(job_id, new_token(self._replica), partition) for _, job_id, partition in merged[:most]]
-
-    async def _check_drift(self, empty: list[int]) -> None:
-        """Remember the partitions read with an empty line but counts of waiting jobs (cleared after the pass)."""
-        if not empty:
-            return
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for partition in empty:
-                pipe.exists(keys.fair(partition))
-            counted = await pipe.execute()
-        self._drifted = [partition for partition, n in zip(empty, counted, strict=True) if n]
-
-    def _claim_calls(
-        self, heads: Sequence[tuple[str, str, int]], now_ms: int
-    ) -> list[tuple[list[str], list[str | int]]]:
-        ttl = self.pacing.slot_ttl_ms
-        return [
-            (
-                [
-                    keys.line(partition),
-                    keys.lease(job_id),
-                    keys.due(partition),
-                    keys.view(job_id),
-                    keys.events(job_id),
-                    keys.fair(partition),
-                    keys.fair_top(partition),
-                ],
-                [job_id, lease_token, ttl, now_ms + ttl],
-            )
-            for job_id, lease_token, partition in heads
-        ]
-
-    async def _by_arrival(self, merged: list[fair.Head], tied: list[fair.Head], most: int) -> list[fair.Head]:
-        """`merged` with the jobs of the tied score in arrival order (created ms): the oldest `most` of that score
-        in each partition that holds some (a line's read showed the smallest ids only), one script per partition."""
-        score = tied[0][0]
-        partitions = sorted({partition for _, _, partition in tied})
-        calls: list[tuple[list[str], list[str | int]]] = [
-            ([keys.line(p), keys.arrivals(p)], [repr(score), most]) for p in partitions
-        ]
-        arrived: dict[str, float | None] = {}
-        found: list[fair.Head] = []
-        replies = await run_many(self._redis, self._scripts.admission_ties, calls)
-        for partition, reply in zip(partitions, replies, strict=True):
-            items = _ints_and_ids(reply)
-            for job_id, at in zip(items[::2], items[1::2], strict=True):
-                arrived[job_id] = float(at) if at else None
-                found.append((score, job_id, partition))
-        others = [head for head in merged if head[0] != score]
-        return fair.by_arrival(others + found, arrived)
 
     def upstream(self, name: str | None) -> UpstreamSlots:
         """The admission of the upstream named `name`; the first for None or a name not configured (a job an

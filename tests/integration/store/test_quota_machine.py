@@ -59,7 +59,7 @@ class Quotas2(RuleBasedStateMachine):
         self.line -= set(heads)
         held = self.run(
             self.stores[replica].take([(job, self.key[job], str(self.place[job])) for job in heads], self.now, TTL_MS)
-        )
+        ).held
         for job in heads:
             if job not in held:
                 self.live[job] = replica

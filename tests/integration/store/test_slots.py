@@ -379,7 +379,7 @@ async def _quotas(redis: Redis) -> object:
     quotas = Quotas(keys=(("team{a}", Quota(live=1)), ("b", Quota(live=2))))
     store = QuotaStore(redis, quotas, UsageStore(redis, retention_ms=60_000))
     held = await store.take([("job_1", "team{a}", "10"), ("job_2", "team{a}", "11"), ("job_3", "b", "12")], 1_000, 500)
-    assert held == {"job_2"}
+    assert held.held == {"job_2"}
     await store.renew(["job_1", "job_3"], 1_100, 500)
     await store.release("job_1")
     await store.hold("job_4", "b", 1_200, 500)
