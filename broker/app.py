@@ -258,7 +258,8 @@ async def _deltas_context(app: web.Application) -> AsyncIterator[None]:
 
 async def _usage_context(app: web.Application) -> AsyncIterator[None]:
     """Every driving replica counts the usage facts its and the others' job writes left (SPEC S4.5)."""
-    sweep = UsageSweep(app[usage_key], app[metrics_key])
+    quota = app[admission_key].quota
+    sweep = UsageSweep(app[usage_key], app[metrics_key], budgets=quota.budgets if quota is not None else None)
     sweep.start()
     yield
     await sweep.stop()

@@ -22,6 +22,7 @@ from broker.http.appkeys import (
 )
 from broker.http.render import json_response
 from broker.http.snapshot import LineSnapshot
+from broker.store import quota_view
 from broker.store.connection import cluster_state, is_cluster
 from broker.store.outage import REDIS_FAILURES
 from broker.upstreams.condition import Condition
@@ -142,7 +143,7 @@ async def _quotas(app: web.Application, line: LineState) -> list[dict[str, objec
     if quota is None:
         return None
     waiting = {load.key: load.waiting for load in line.keys}
-    figures = await quota.figures(app[clock_key].now_ms(), also=waiting)
+    figures = await quota_view.figures(quota, app[clock_key].now_ms(), also=waiting)
     return [
         {
             "key": figure.key,

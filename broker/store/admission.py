@@ -58,6 +58,8 @@ from projections.job import JobView
 
 #: Most jobs a replica remembers as waiting for a busy upstream (SPEC S10), not to claim them while it has no room.
 MAX_PARKED = 10_000
+#: Most looks at the keys with held jobs in one pass: another when a woken job had finished meanwhile.
+WAKE_ROUNDS = 3
 
 
 class AdmissionStore:
@@ -99,9 +101,8 @@ class AdmissionStore:
     async def admit(self, now_ms: int, most: int) -> Grants:
         """Take up to `most` jobs off the heads of the lines, oldest first, each with a slot and its run
         lease, as far as the limit allows."""
-        if self.quota is not None and self.quota.enforced:  # held jobs whose keys have room go back to their places
-            for job_id, place in await self.quota.wake(now_ms):
-                await self.enter(job_id, place)
+        if self.quota is not None and self.quota.enforced:  # held jobs whose keys have room go back to the line
+            await self._return_woken(now_ms)
         full = self._line.full(now_ms)
         if not full and not self._line.any_waiting():
             return Grants([], None)  # no waiting job known here: the next full read looks again
@@ -185,7 +186,7 @@ class AdmissionStore:
         finished = [
             (job_id, view.scheduling.fairness_key) for job_id, *_, view in taken if view and view.status.terminal
         ]
-        await self.quota.forget(finished)  # stopped while held: returned to the line, claimed, and done
+        await self.quota.forget(finished)  # stopped while woken: claimed, and done
         decided = await self.quota.take(candidates, now_ms, self.pacing.slot_ttl_ms)
         for name, jobs in routed.items():
             routed[name] = [(job_id, place) for job_id, place in jobs if job_id not in decided.held]
@@ -327,6 +328,47 @@ class AdmissionStore:
         )
         if int(cast(int, entered)) == 1:  # the other replicas' passes read its line again (as for a create)
             await self._redis.publish(keys.SIGNALS, signals.joined_message(job_id))
+
+    async def _return_woken(self, now_ms: int) -> None:
+        """Held jobs whose keys have room again go back to the line (SPEC S4.4), in their order, from the line's
+        virtual time on, one turn apart: a key that waited banks no place ahead of the keys that kept the line moving
+        (S4.2). One whose job finished or is gone meanwhile is forgotten, and its key looked at again at once."""
+        assert self.quota is not None
+        for _ in range(WAKE_ROUNDS):
+            back = await self.quota.wake(now_ms)
+            if not back:
+                return
+            turns: dict[str, int] = {}
+            calls: list[tuple[Sequence[str], Args]] = []
+            for job_id, key, place in back:
+                turns[key] = turns.get(key, -1) + 1
+                p = keys.partition_of(job_id)
+                script_keys = [keys.line(p), keys.view(job_id), keys.fair(p), keys.fair_top(p), keys.lease(job_id)]
+                calls.append((script_keys, [job_id, self._returned_place(place, turns[key]), "woken"]))
+            replies = [
+                int(cast(int, reply)) for reply in await run_many(self._redis, self._scripts.admission_enter, calls)
+            ]
+            entered = [job_id for (job_id, _, _), reply in zip(back, replies, strict=True) if reply == 1]
+            for job_id in entered:
+                self.heard(job_id)
+            if entered:  # the other replicas' passes read their lines again (as for a create)
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    for job_id in entered:
+                        pipe.publish(keys.SIGNALS, signals.joined_message(job_id))
+                    await pipe.execute()
+            gone = [(job_id, key) for (job_id, key, _), reply in zip(back, replies, strict=True) if reply == -1]
+            if not gone:
+                return
+            await self.quota.forget(gone)
+
+    def _returned_place(self, place: str, turn: int) -> str:
+        """Where a woken job goes back in the line: its own place, or the line's virtual time plus `turn` turns of a
+        weight-1 key when that is later (a resubmit keeps its place ahead of every band)."""
+        found = fair.band_of(float(place))
+        if found is None:
+            return place
+        priority, tag = found
+        return str(fair.score(priority, max(tag, self.virtual.tag(priority) + turn * fair.UNIT)))
 
     async def needs(self, views: Sequence[JobView]) -> list[Need]:
         """What routing needs of each waiting job (SPEC S10), as a pass would see it (broker/store/line_state.py)."""

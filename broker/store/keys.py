@@ -101,8 +101,14 @@ hbr:{quota}:live:<K>         zset    fairness key K's live Hermes runs -> expiry
                                      (its `live` quota, S4.4; renewed with the slots)   release, renewal
 hbr:{quota}:held:<K>         zset    K's jobs out of the line while K is at its quota  none; admission pass,
                                      or budget -> their place in the line (S4.4)        quota wake
+hbr:{quota}:woken:<K>        zset    K's held jobs sent back to the line, not taken    none; quota wake,
+                                     yet -> their place when held                       admission pass
+hbr:{quota}:tokens:<K>       hash    K's tokens per hour (start, epoch s) of its        8 days from the last
+                                     settled runs, while K has a token budget           run; whoever counts
+                                                                                       the run's usage
 hbr:{quota}:held-keys        zset    keys with held jobs -> when to look at them again none; as `held`
-hbr:{quota}:holds            hash    K -> `quota`, or `budget:<retry_at ms>`            none; as `held`
+hbr:{quota}:holds            hash    K -> `quota`, or `budget:<retry_at ms>`; `#held`:  none; as `held`
+                                     the held jobs of every key
 
 Several Hermes deployments (SPEC S10): each upstream has its own admission (limit, live slots, refusal) in a
 slot of its own. The FIRST upstream of HERMES_URL keeps `{adm}`, so a one-URL broker and a store of the broker
@@ -171,6 +177,16 @@ def quota_live(fairness_key: str) -> str:
 def quota_held(fairness_key: str) -> str:
     """The fairness key's jobs held out of the line by its quota or budget (SPEC S4.4)."""
     return f"{_QUOTA}:held:{fairness_key}"
+
+
+def quota_woken(fairness_key: str) -> str:
+    """The fairness key's held jobs sent back to the line and not yet taken (SPEC S4.4)."""
+    return f"{_QUOTA}:woken:{fairness_key}"
+
+
+def quota_tokens(fairness_key: str) -> str:
+    """The tokens the fairness key's settled runs used, per hour (its token budget, SPEC S4.4)."""
+    return f"{_QUOTA}:tokens:{fairness_key}"
 
 
 @frozen

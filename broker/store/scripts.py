@@ -60,6 +60,7 @@ NAMES = (
     "usage_replace",
     "quota_take",
     "quota_wake",
+    "quota_forget",
 )
 
 
@@ -106,6 +107,7 @@ class Scripts:
         self.usage_replace: AsyncScript = redis.register_script(source("usage_replace"))
         self.quota_take: AsyncScript = redis.register_script(source("quota_take"))
         self.quota_wake: AsyncScript = redis.register_script(source("quota_wake"))
+        self.quota_forget: AsyncScript = redis.register_script(source("quota_forget"))
 
     async def run(
         self,

@@ -1,15 +1,17 @@
--- Look at a fairness key with held jobs (SPEC S4.4): the first jobs it has room for go back to their places in the
--- line (the caller enters them; they stay held until a pass takes them, so a crash before they are back in the line
--- loses nothing: the next look returns them again), and the key is looked at again at `recheck`. A key over its
--- budget returns none and is looked at again when the budget allows. A key without held jobs is forgotten.
+-- Look at a fairness key with held jobs (SPEC S4.4): the first held jobs it has room for move to its woken zset, and
+-- every woken job is returned for the caller to put back in the line (again: a crash before they are back loses
+-- nothing, the next look returns them). They stay woken until a pass takes or holds them. The key is looked at again
+-- at `recheck`; a key over its budget returns none and is looked at again when the budget allows; a key without
+-- held or woken jobs is forgotten.
 -- KEYS[1] held-keys zset   KEYS[2] holds hash   KEYS[3] the key's live zset   KEYS[4] its held zset
---   (one slot: {quota})
+-- KEYS[5] its woken zset   (one slot: {quota})
 -- ARGV[1] fairness key   ARGV[2] now (epoch ms)   ARGV[3] live quota (0: none)   ARGV[4] most to return
 -- ARGV[5] recheck (epoch ms)   ARGV[6] budget (0: within it; else the epoch ms it allows runs again)
--- Returns {job, place, ...} to return to the line.
+-- Returns {job, place, ...}: the key's woken jobs, in order.
 local key, now, limit, most = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local budget = tonumber(ARGV[6])
-if redis.call('ZCARD', KEYS[4]) == 0 then
+local woken = redis.call('ZCARD', KEYS[5])
+if woken == 0 and redis.call('ZCARD', KEYS[4]) == 0 then
   redis.call('ZREM', KEYS[1], key)
   redis.call('HDEL', KEYS[2], key)
   return {}
@@ -26,7 +28,13 @@ if limit > 0 then
 end
 redis.call('ZADD', KEYS[1], ARGV[5], key)
 redis.call('HSET', KEYS[2], key, 'quota')
-if room <= 0 then
-  return {}
+local moving = room - woken
+if moving > 0 then
+  local first = redis.call('ZRANGE', KEYS[4], 0, moving - 1, 'WITHSCORES')
+  for i = 1, #first, 2 do
+    redis.call('ZREM', KEYS[4], first[i])
+    redis.call('ZADD', KEYS[5], first[i + 1], first[i])
+    redis.call('HINCRBY', KEYS[2], '#held', -1)
+  end
 end
-return redis.call('ZRANGE', KEYS[4], 0, room - 1, 'WITHSCORES')
+return redis.call('ZRANGE', KEYS[5], 0, most - 1, 'WITHSCORES')
