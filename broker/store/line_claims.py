@@ -143,7 +143,7 @@ class LineClaims:
             for partition in empty:
                 pipe.exists(keys.fair(partition))
             counted = await pipe.execute()
-        self._drifted = [partition for partition, n in zip(empty, counted, strict=True) if n]
+        self.drifted = [partition for partition, n in zip(empty, counted, strict=True) if n]
 
     def _claim_calls(
         self, heads: Sequence[tuple[str, str, int]], now_ms: int
