@@ -47,7 +47,7 @@ from broker.store.connection import is_cluster
 from broker.store.grants import Acceptance, Grant, Grants, Refusal
 from broker.store.leases import new_token
 from broker.store.line_claims import Claimed, LineClaims
-from broker.store.line_state import read_line_state, read_needs
+from broker.store.line_state import read_line_state, read_needs, read_virtual
 from broker.store.quota import QuotaStore, Taken
 from broker.store.replies import ints_and_ids as _ints_and_ids
 from broker.store.scripts import Args, Scripts, run_many
@@ -338,6 +338,8 @@ class AdmissionStore:
             back = await self.quota.wake(now_ms)
             if not back:
                 return
+            if self.virtual.stale(now_ms):  # the places go by the line's virtual time: never this replica's stale one
+                self.virtual.learn(await read_virtual(self._redis), now_ms)
             turns: dict[str, int] = {}
             calls: list[tuple[Sequence[str], Args]] = []
             for job_id, key, place in back:

@@ -107,8 +107,9 @@ hbr:{quota}:tokens:<K>       hash    K's tokens per hour (start, epoch s) of its
                                      settled runs, while K has a token budget           run; whoever counts
                                                                                        the run's usage
 hbr:{quota}:held-keys        zset    keys with held jobs -> when to look at them again none; as `held`
-hbr:{quota}:holds            hash    K -> `quota`, or `budget:<retry_at ms>`; `#held`:  none; as `held`
-                                     the held jobs of every key
+hbr:{quota}:holds            hash    K -> why it holds jobs: `quota`, `order` (behind    none; as `held`
+                                     its earlier ones) or `budget:<retry_at ms>`
+hbr:{quota}:held-count       string  the held jobs of every key                         none; as `held`
 
 Several Hermes deployments (SPEC S10): each upstream has its own admission (limit, live slots, refusal) in a
 slot of its own. The FIRST upstream of HERMES_URL keeps `{adm}`, so a one-URL broker and a store of the broker
@@ -167,6 +168,7 @@ ADMISSION_RESERVED = f"{_ADMISSION}:reserved"
 _QUOTA = f"{PREFIX}:{{quota}}"
 QUOTA_HELD_KEYS = f"{_QUOTA}:held-keys"
 QUOTA_HOLDS = f"{_QUOTA}:holds"
+QUOTA_HELD_COUNT = f"{_QUOTA}:held-count"
 
 
 def quota_live(fairness_key: str) -> str:

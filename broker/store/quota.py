@@ -28,7 +28,7 @@ from broker.admission.quotas import Quotas
 from broker.store import keys
 from broker.store.budgets import Budgets
 from broker.store.replies import text
-from broker.store.scripts import Scripts
+from broker.store.scripts import Args, Scripts, run_many
 from broker.store.usage import UsageStore
 from projections.job import JobView
 
@@ -83,7 +83,7 @@ class QuotaStore:
             return Taken()
         budgets = await self.budgets.use([key for _, key, _ in jobs], now_ms)
         index: dict[str, int] = {}
-        script_keys = [keys.QUOTA_HELD_KEYS, keys.QUOTA_HOLDS]
+        script_keys = [keys.QUOTA_HELD_KEYS, keys.QUOTA_HOLDS, keys.QUOTA_HELD_COUNT]
         lapse = LIVE_TTLS * ttl_ms
         args: list[str | int] = [now_ms, now_ms + lapse, now_ms + RECHECK_MS, 2 * lapse]
         for job_id, key, place in jobs:
@@ -107,24 +107,39 @@ class QuotaStore:
 
     async def wake(self, now_ms: int, *, every_ms: int = 200) -> list[tuple[str, str, str]]:
         """The held jobs whose keys have room again, as (job, key, place), to go back to the line (at most every
-        `every_ms` unless a release or a forgotten job made a key due: a pass calls this each time)."""
+        `every_ms` unless a release or a forgotten job made a key due: a pass calls this each time). Two round trips
+        however many keys are due: their budgets, and one script per key in one pipeline."""
         if not self.enforced or now_ms - self._looked_at < every_ms:
             return []
         self._looked_at = now_ms
         due = [text(key) for key in await self._redis.zrangebyscore(keys.QUOTA_HELD_KEYS, "-inf", now_ms, 0, WAKE_KEYS)]
+        if not due:
+            return []
         retry = {key: at for key, (_, at) in (await self.budgets.use(due, now_ms)).items()}
-        back: list[tuple[str, str, str]] = []
-        for key in due:
-            reply = await self._wake(
-                keys=[
+        calls: list[tuple[Sequence[str], Args]] = [
+            (
+                [
                     keys.QUOTA_HELD_KEYS,
                     keys.QUOTA_HOLDS,
+                    keys.QUOTA_HELD_COUNT,
                     keys.quota_live(key),
                     keys.quota_held(key),
                     keys.quota_woken(key),
                 ],
-                args=[key, now_ms, self.quotas.of(key).live or 0, RETURN_BATCH, now_ms + RECHECK_MS, retry.get(key, 0)],
+                [
+                    key,
+                    now_ms,
+                    self.quotas.of(key).live or 0,
+                    RETURN_BATCH,
+                    now_ms + RECHECK_MS,
+                    retry.get(key, 0),
+                    1 if self.applies(key) else 0,
+                ],
             )
+            for key in due
+        ]
+        back: list[tuple[str, str, str]] = []
+        for key, reply in zip(due, await run_many(self._redis, self._wake, calls), strict=True):
             items = [text(item) for item in cast(list[object], reply)]
             back.extend((job_id, key, place) for job_id, place in zip(items[::2], items[1::2], strict=True))
         return back
@@ -134,11 +149,10 @@ class QuotaStore:
         again at once (their room goes to their next jobs)."""
         by_key: dict[str, list[str]] = {}
         for job_id, key in jobs:
-            if self.applies(key):
-                by_key.setdefault(key, []).append(job_id)
+            by_key.setdefault(key, []).append(job_id)
         for key, job_ids in by_key.items():
             forgotten = await self._forget(
-                keys=[keys.QUOTA_HELD_KEYS, keys.QUOTA_HOLDS, keys.quota_held(key), keys.quota_woken(key)],
+                keys=[keys.QUOTA_HELD_KEYS, keys.QUOTA_HELD_COUNT, keys.quota_held(key), keys.quota_woken(key)],
                 args=[key, *job_ids],
             )
             if int(cast(int, forgotten)):
@@ -147,7 +161,7 @@ class QuotaStore:
     async def release(self, job_id: str) -> None:
         """The job's run is no longer live: its key may start another (its held jobs are looked at next). A run of a
         key with a token budget has its usage counted first, so its tokens count before the key's next run starts."""
-        key = self._live.pop(job_id, None)
+        key = self._live.get(job_id)
         if key is None:
             return
         if self.quotas.of(key).tokens and self._usage is not None:
@@ -156,6 +170,7 @@ class QuotaStore:
             pipe.zrem(keys.quota_live(key), job_id)
             pipe.zadd(keys.QUOTA_HELD_KEYS, {key: 0}, xx=True)
             await pipe.execute()
+        self._live.pop(job_id, None)
         self._looked_at = -RECHECK_MS  # this replica's next pass looks at once
 
     async def renew(self, job_ids: Iterable[str], now_ms: int, ttl_ms: int) -> None:
@@ -167,11 +182,12 @@ class QuotaStore:
         lapse = LIVE_TTLS * ttl_ms
         async with self._redis.pipeline(transaction=False) as pipe:
             for job_id, key in mine:
-                pipe.zadd(keys.quota_live(key), {job_id: now_ms + lapse}, xx=True, ch=True)
+                pipe.zadd(keys.quota_live(key), {job_id: now_ms + lapse}, xx=True)
+                pipe.zscore(keys.quota_live(key), job_id)
                 pipe.pexpire(keys.quota_live(key), 2 * lapse)
             replies = await pipe.execute()
-        for (job_id, _), renewed in zip(mine, replies[::2], strict=True):
-            if not int(renewed):
+        for (job_id, _), score in zip(mine, replies[1::3], strict=True):
+            if score is None:
                 self._live.pop(job_id, None)
 
     async def hold(self, job_id: str, key: str, now_ms: int, ttl_ms: int) -> None:

@@ -55,7 +55,7 @@ async def held(store: QuotaStore, bound: Bound, key: str) -> tuple[int, int]:
         return 0, 0
     async with store.redis.pipeline(transaction=False) as pipe:
         pipe.zcard(keys.quota_held(key))
-        pipe.hget(keys.QUOTA_HOLDS, "#held")
+        pipe.get(keys.QUOTA_HELD_COUNT)
         mine, every = await pipe.execute()
     return (int(mine) if bound.key else 0), (max(0, int(every or 0)) if bound.all else 0)
 
@@ -104,5 +104,10 @@ def _hold(view: JobView, why: str, now_ms: int, quota_of: Callable[[str], Quota]
         retry = int(why.split(":", 1)[1])
         detail = f"Fairness key {key!r} used its {quota.tokens} tokens per {quota.window}; runs start again then."
         return Hold(HoldReason.BUDGET, since, max(retry, since), detail)
-    detail = f"Fairness key {key!r} has {quota.live} live runs, its live quota."
-    return Hold(HoldReason.QUOTA, since, max(now_ms, since), detail)
+    if why == "quota" and quota.live:
+        detail = f"Fairness key {key!r} has {quota.live} live runs, its live quota."
+        return Hold(HoldReason.QUOTA, since, max(now_ms, since), detail)
+    # behind the key's earlier jobs, which its live quota (or, without one, its budget) held
+    reason = HoldReason.QUOTA if quota.live else HoldReason.BUDGET
+    detail = f"Fairness key {key!r} has earlier jobs its {reason.value} held; this one follows them."
+    return Hold(reason, since, max(now_ms, since), detail)
