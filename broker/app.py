@@ -76,6 +76,7 @@ from broker.store.fair_top import FairTopRepair
 from broker.store.jobs import JobStore
 from broker.store.leases import Leases
 from broker.store.migrate import MIGRATION_COMMAND, legacy_keys
+from broker.store.quota import QuotaStore
 from broker.store.scripts import Scripts
 from broker.store.sessions import SessionStore
 from broker.store.upstream_admission import slots_of
@@ -178,6 +179,7 @@ def _redis_context(url: str | None) -> Context:
             slots_of(app[fleet_key].upstreams),
             affinity=_affinity(app, redis),
             replica=app[replica_key],
+            quota=QuotaStore(redis, config.admission_quotas, app[usage_key]) if config.admission_quotas else None,
         )
         app[conversations_key] = Conversations(
             SessionStore(redis, retention_ms=config.runs_retention_ms),
@@ -256,7 +258,8 @@ async def _deltas_context(app: web.Application) -> AsyncIterator[None]:
 
 async def _usage_context(app: web.Application) -> AsyncIterator[None]:
     """Every driving replica counts the usage facts its and the others' job writes left (SPEC S4.5)."""
-    sweep = UsageSweep(app[usage_key], app[metrics_key])
+    quota = app[admission_key].quota
+    sweep = UsageSweep(app[usage_key], app[metrics_key], budgets=quota.budgets if quota is not None else None)
     sweep.start()
     yield
     await sweep.stop()

@@ -237,7 +237,7 @@ MEANINGS: dict[str, str] = {
     "HERMES_UPSTREAM_LOST": "an upstream that answers nothing this long is lost: its live runs move",
     "ADMISSION_FAIRNESS_DEFAULT": "fairness key of a job that names none: session_key, session_id or none",
     "ADMISSION_FAIRNESS_WEIGHTS": "weights per fairness key, key=weight,key=weight (0 < weight <= 1000)",
-    "ADMISSION_QUOTAS": 'JSON quotas per fairness key, {"default": {"waiting": N}, "keys": {"k": {"waiting": N}}}',
+    "ADMISSION_QUOTAS": 'JSON quotas per fairness key (live, waiting, tokens+window): {"default": {}, "keys": {}}',
     "ADMISSION_MAX_WAITING": "most jobs waiting in the line in all; past it creates answer 429 queue_full; 0: no bound",
     "REDIS_MEMORY_HIGH": "share of Redis's maxmemory past which creates answer 503",
     "RUNS_SESSION_MULTITASK": "what a new turn of a busy session does: enqueue, reject, interrupt or parallel",

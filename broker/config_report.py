@@ -50,9 +50,6 @@ def log_configuration(config: Config, env: Mapping[str, str], *, tracing: bool) 
     for name in unknown_variables(env):
         # the name only: an unknown variable's value may well be a secret with a typo in its name
         log.warning("Ignored an unknown variable.", extra={"variable": name})
-    unenforced = config.admission_quotas.unenforced()
-    if unenforced:  # parsed and checked, so a configuration written for them stays valid; not applied
-        log.warning("Quotas of live runs and tokens are not enforced yet.", extra={"quotas": ",".join(unenforced)})
 
 
 def _redis(config: Config) -> Fields:

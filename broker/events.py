@@ -40,6 +40,10 @@ class HoldReason(StrEnum):
     #: an earlier turn of its session is queued or live (SPEC S4.3). Shown, never stored: derived on read from the
     #: session's turns, so an older replica never reads a reason it does not know
     SESSION = "session"
+    #: its key is at its `live` quota, or spent its token budget (SPEC S4.4). Shown, never stored: derived on read
+    #: from the key's held jobs (broker/store/quota.py)
+    QUOTA = "quota"
+    BUDGET = "budget"
 
 
 @frozen

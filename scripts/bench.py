@@ -25,6 +25,7 @@ prints each side's ratio to its own baseline and their quotient. Rows (`--only` 
              50 sessions x 4 turns on their upstreams; one simulator SIGKILLed: all complete, no key twice
   cluster    create c8/c64 and end to end (1, 2 replicas) on a 3+3 Redis Cluster vs on one redis-server 7
   tracing    create c64 and end to end (1 replica) exporting traces to a local OTLP sink vs tracing off
+  quotas     S4.4 capped at 20: a key's live quota under 2 replicas (peak, utilisation); a token budget's overshoot
   scrape     /readyz at 100,000 waiting keys: latency, Redis commands; largest call removing a 100,000-entry
              job's deltas (SLOWLOG)                                           vs the previous main's reads and script
 """
@@ -57,6 +58,7 @@ from benchlib.scenarios import (  # noqa: E402
     fairness,
     fanout,
     memory,
+    quotas,
     relay,
     scrape,
     tracing,
@@ -79,6 +81,7 @@ SCENARIOS: dict[str, Scenario] = {
     "tracing": tracing.run,
     "upstreams": upstreams.run,
     "scrape": scrape.run,
+    "quotas": quotas.run,
 }
 
 

@@ -14,7 +14,8 @@ from typing import Literal
 import orjson
 from attrs import field, frozen
 
-WINDOWS: Mapping[str, int] = {"1h": 3_600_000, "1d": 86_400_000, "7d": 604_800_000}  #: `window` -> ms
+HOUR_MS = 3_600_000
+WINDOWS: Mapping[str, int] = {"1h": HOUR_MS, "1d": 24 * HOUR_MS, "7d": 168 * HOUR_MS}  #: `window` -> ms
 FIELDS = ("live", "waiting", "tokens", "window")
 MAX_KEY_LENGTH = 256  #: the longest fairness key a job can have (a session key taken as it is, SPEC S4.2)
 Scope = Literal["key", "all"]  #: what a refused create ran into: its key's `waiting`, or ADMISSION_MAX_WAITING
@@ -65,10 +66,9 @@ class Quotas:
     def waiting(self, key: str) -> int | None:
         return self.of(key).waiting
 
-    def unenforced(self) -> list[str]:
-        """The paths of the limits that are parsed but not applied by this version: `live` and `tokens`."""
-        quotas = [("default", self.default), *((f"keys.{key}", quota) for key, quota in self.keys)]
-        return [f"{path}.{name}" for path, quota in quotas for name in ("live", "tokens") if getattr(quota, name)]
+    def enforced(self) -> bool:
+        """Does any quota limit live runs or tokens (so that passes take them, broker/store/quota.py)?"""
+        return any(quota.live or quota.tokens for quota in (self.default, *(quota for _, quota in self.keys)))
 
 
 NO_QUOTAS = Quotas()
@@ -97,6 +97,28 @@ def full(bound: Bound, key_waiting: int, all_waiting: int) -> Scope | None:
     if bound.all and all_waiting >= bound.all:
         return "all"
     return None
+
+
+def budget_hours(now_ms: int, window: str) -> list[int]:
+    """The hours (epoch seconds of their starts) a token budget of `window` counts at `now_ms`: the current hour
+    and those before it, as many as the window holds (SPEC S4.4: sliding, in hourly buckets)."""
+    current = now_ms // HOUR_MS * HOUR_MS
+    return [(current - back * HOUR_MS) // 1000 for back in range(WINDOWS[window] // HOUR_MS)]
+
+
+def budget_retry(used: Mapping[int, int], now_ms: int, quota: Quota) -> int | None:
+    """When a key that used `used` tokens per hour (epoch seconds -> tokens) may start runs again: None while it is
+    within its budget, else the first hour's end at which the hours still in the window used fewer than `tokens`."""
+    if not quota.tokens or quota.window is None:
+        return None
+    hours = sorted(budget_hours(now_ms, quota.window))  # oldest first: the first to leave the window
+    if sum(used.get(hour, 0) for hour in hours) < quota.tokens:
+        return None
+    current_end = (now_ms // HOUR_MS + 1) * HOUR_MS
+    for gone in range(1, len(hours) + 1):
+        if sum(used.get(hour, 0) for hour in hours[gone:]) < quota.tokens:
+            return current_end + (gone - 1) * HOUR_MS
+    return current_end + (len(hours) - 1) * HOUR_MS  # unreachable: an empty window uses nothing
 
 
 def parse_quotas(raw: str) -> Quotas:

@@ -9,6 +9,7 @@ from broker.logging import get_logger
 from broker.metrics import Metrics
 from broker.store.admission import AdmissionStore
 from broker.store.grants import Grants, Refusal
+from projections.job import JobView
 
 
 class Gate:
@@ -76,9 +77,20 @@ class Gate:
         self.wake()
 
     async def hold(
-        self, job_ids: Iterable[str], now_ms: int, *, renew_only: bool = False, upstream: str | None = None
+        self,
+        job_ids: Iterable[str],
+        now_ms: int,
+        *,
+        renew_only: bool = False,
+        upstream: str | None = None,
+        fairness_key: str | None = None,
     ) -> None:
-        await self.store.hold(job_ids, now_ms, renew_only=renew_only, upstream=upstream)
+        await self.store.hold(job_ids, now_ms, renew_only=renew_only, upstream=upstream, fairness_key=fairness_key)
+
+    async def held(self, view: JobView) -> bool:
+        """Is the job held out of the line by its key's quota or budget (SPEC S4.4)?"""
+        quota = self.store.quota
+        return quota is not None and quota.enforced and not view.status.terminal and await quota.is_held(view)
 
     async def enter(self, job_id: str, place: str) -> None:
         await self.store.enter(job_id, place)

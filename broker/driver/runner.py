@@ -49,6 +49,7 @@ class Ending(StrEnum):
     #: it ended, but its last create got no answer and Hermes has not answered for that run yet: its session stays
     #: held (SPEC S4.3) and it is looked at again at `recheck_at`
     SETTLING = "settling"
+    HELD = "held"  #: its key is at its quota or over its budget (SPEC S4.4): it waits out of the line, undriven
 
 
 @define(kw_only=True)
@@ -89,10 +90,13 @@ class Runner:
         upstream: str | None = None,
         moved: tuple[str, str] | None = None,
         place: str | None = None,
+        waited_until: int = 0,
     ) -> None:
         self.job_id = job_id
         self._place = place  #: where the job was in the line when granted (None: not granted from it)
-        self._turn_since = 0  #: when its turn of its session began (SPEC S4.3)
+        #: when its turn of its session began (SPEC S4.3), or its wait for its key's quota ended (S4.4): its wait for
+        #: Hermes (RUNS_HOLD) counts from then
+        self._turn_since = waited_until
         self.recheck_at: int | None = None  #: set when it ends PARKED_FOR_SESSION: when it looks again
         self.token = token
         self.has_slot = admitted  #: this runner holds the job's admission slot
@@ -136,8 +140,9 @@ class Runner:
         if snapshot is None:
             return Ending.FINISHED
         await self._announce(snapshot.view)
-        if not await self._holds_session(snapshot.view):
-            return Ending.PARKED_FOR_SESSION
+        waits = await self._waits(snapshot.view)
+        if waits is not None:
+            return waits
         while True:
             view = self.view = snapshot.view
             now = self._deps.clock.now_ms()
@@ -175,6 +180,14 @@ class Runner:
                     with self._follow_span.within(action.attempt, action.hermes_run_id):
                         snapshot = await self._follow(snapshot, action)
 
+    async def _waits(self, view: JobView) -> Ending | None:
+        """How the job waits without asking Hermes: held by its key's quota (SPEC S4.4: no hold that RUNS_HOLD
+        expires; woken, it waits on), or for its session (S4.3); None: it is driven."""
+        if not self.has_slot and await self._deps.gate.held(view):
+            self.view = view
+            return Ending.HELD
+        return None if await self._holds_session(view) else Ending.PARKED_FOR_SESSION
+
     async def _holds_session(self, view: JobView) -> bool:
         """A turn of an ordered session asks Hermes only while it holds its session (SPEC S4.3); one that does not
         is parked, out of the line, and its slot (if granted one) goes back."""
@@ -184,7 +197,7 @@ class Runner:
         now = self._deps.clock.now_ms()
         turn = await conversations.check(view, now, self._place or line_place(view))
         if turn.holds:
-            self._turn_since = turn.since_ms
+            self._turn_since = max(self._turn_since, turn.since_ms)
             return True
         self.view = view
         self.recheck_at = recheck_at(turn, now)
@@ -433,5 +446,6 @@ class Runner:
             tracing.start(tracing.TAKEOVER, attributes=attributes).end()
             if not self.has_slot:  # its run is live on Hermes: it counts against its upstream's limit again
                 self.slot_upstream = view.upstream
-                await self._deps.gate.hold([self.job_id], self._deps.clock.now_ms(), upstream=self.slot_upstream)
+                now, key = self._deps.clock.now_ms(), view.scheduling.fairness_key
+                await self._deps.gate.hold([self.job_id], now, upstream=self.slot_upstream, fairness_key=key)
                 self.has_slot = self.ran = True

@@ -28,6 +28,7 @@ from broker.errors import JobNotFound, LeaseLost, NotReplicated
 from broker.ids import new_replica_id
 from broker.logging import get_logger
 from broker.store import keys, signals, work
+from broker.store.grants import Grant
 from broker.store.leases import Leases, new_token
 from broker.store.outage import REDIS_FAILURES, is_outage, log_failure
 from broker.tasks import cancel_all
@@ -37,6 +38,9 @@ RETRY_AFTER_FAILURE_MS = 1_000
 MAX_REDIS_BACKOFF_S = 5.0
 #: The line is also looked at this often without a doorbell (a replica that rang it may have died).
 ADMIT_TICK_S = 2.0
+#: The latest a job held by its key's quota (SPEC S4.4) is looked at by its schedule: a backstop, the quota's wake
+#: returns it to the line.
+HELD_RECHECK_MS = 600_000
 
 
 class Supervisor:
@@ -154,19 +158,38 @@ class Supervisor:
             free = self._concurrency - len(self._runners)
             if free <= 0:
                 continue  # a runner that ends rings the bell
-            grants = await self._deps.gate.admit(self._deps.clock.now_ms(), free)
+            now = self._deps.clock.now_ms()
+            grants = await self._deps.gate.admit(now, free)
             wake_at = grants.wake_at_ms
+            if grants.more:
+                self.ring()  # slots went unused (jobs held by their quotas): the next jobs in line may take them
             for grant in grants.grants:  # each came with its run lease (admission_claim.lua)
-                self._start(  # one routed nowhere (it waits for its busy upstream) goes back in line
-                    grant.job_id,
-                    grant.token,
-                    admitted=grant.upstream is not None,
-                    stored=grant.stored,
-                    created=grant.created,
-                    upstream=grant.upstream,
-                    moved=(grant.moved_from, grant.moved_because or "") if grant.moved_from else None,
-                    place=grant.place,
-                )
+                if not grant.held:  # a held one waits out of the line (SPEC S4.4): its lease goes back below
+                    self._start(  # one routed nowhere (it waits for its busy upstream) goes back in line
+                        grant.job_id,
+                        grant.token,
+                        admitted=grant.upstream is not None,
+                        stored=grant.stored,
+                        created=grant.created,
+                        upstream=grant.upstream,
+                        moved=(grant.moved_from, grant.moved_because or "") if grant.moved_from else None,
+                        place=grant.place,
+                        waited_until=grant.waited_until_ms,
+                    )
+            await self._hand_back_held([grant for grant in grants.grants if grant.held], now)
+
+    async def _hand_back_held(self, grants: list[Grant], now_ms: int) -> None:
+        """Give up the leases of jobs a pass held for their keys' quotas (SPEC S4.4): the quota's wake returns them to
+        the line; their schedule looks at them again after HELD_RECHECK_MS at the latest. A lease not given back
+        (Redis failed) lapses by itself (RUNS_LEASE)."""
+        due = now_ms + max(self._deps.policy.hold_ms, HELD_RECHECK_MS)
+        outcomes = await asyncio.gather(
+            *(self._leases.release(grant.job_id, grant.token, due_at_ms=due) for grant in grants),
+            return_exceptions=True,
+        )
+        for grant, outcome in zip(grants, outcomes, strict=True):
+            if isinstance(outcome, Exception):
+                log_failure(self._log, outcome, outage="", bug="Could not hand a held job back.", job=grant.job_id)
 
     async def _claim(self, job_id: str) -> bool:
         """Start a runner for the job under a new lease; False when it is driven already."""
@@ -190,6 +213,7 @@ class Supervisor:
         upstream: str | None = None,
         moved: tuple[str, str] | None = None,
         place: str | None = None,
+        waited_until: int = 0,
     ) -> None:
         self._log.debug("Acquired a run lease.", extra={"job": job_id, "replica": self.replica})
         runner = Runner(
@@ -202,6 +226,7 @@ class Supervisor:
             upstream=upstream,
             moved=moved,
             place=place,
+            waited_until=waited_until,
         )
         task = asyncio.create_task(self._run(runner), name=f"runner-{job_id}")
         self._runners[job_id] = (runner, task)
@@ -245,6 +270,8 @@ class Supervisor:
                 if runner.has_slot:
                     await gate.release(job_id, freed=False, upstream=runner.slot_upstream)
                 due_at = runner.recheck_at
+            elif ending is Ending.HELD:
+                due_at = self._deps.clock.now_ms() + max(self._deps.policy.hold_ms, HELD_RECHECK_MS)
             elif ending is Ending.QUEUED and runner.queued is not None:
                 await gate.enter(job_id, runner.queued.place)  # normally there already (jobs of an older broker)
                 due_at = runner.queued.deadline_ms  # woken then to expire, unless granted before

@@ -22,6 +22,7 @@ from broker.http.appkeys import (
 )
 from broker.http.render import json_response
 from broker.http.snapshot import LineSnapshot
+from broker.store import quota_view
 from broker.store.connection import cluster_state, is_cluster
 from broker.store.outage import REDIS_FAILURES
 from broker.upstreams.condition import Condition
@@ -50,6 +51,9 @@ async def ready_report(app: web.Application) -> dict[str, object]:
         async with asyncio.timeout(READY_TIMEOUT_S):
             await app[redis_key].ping()
             admission, line = await _admission(app, fresh=True)
+            quotas = await _quotas(app, line)
+            if quotas is not None:
+                admission["quotas"] = quotas
         report["redis"] = True
         report["hermes_answered"] = hermes_answered(app, line.upstreams)
         report["queue_depth"] = admission["line"]  # queued: waiting in the admission line for a Hermes run
@@ -131,6 +135,31 @@ async def _admission(app: web.Application, *, fresh: bool) -> tuple[dict[str, ob
         # each upstream's own admission (SPEC S10); the fields above are the first upstream's
         "upstreams": [_upstream(upstream) for upstream in line.upstreams],
     }, line
+
+
+async def _quotas(app: web.Application, line: LineState) -> list[dict[str, object]] | None:
+    """Each key's use of its quota (SPEC S4.4), nearest its limits first; None without live or token quotas."""
+    quota = app[admission_key].quota
+    if quota is None:
+        return None
+    waiting = {load.key: load.waiting for load in line.keys}
+    figures = await quota_view.figures(quota, app[clock_key].now_ms(), also=waiting)
+    return [
+        {
+            "key": figure.key,
+            "live": figure.live,
+            "live_quota": figure.quota.live,
+            "waiting": waiting.get(figure.key, 0) + figure.held,
+            "waiting_quota": figure.quota.waiting,
+            "held": figure.held,
+            "held_for": figure.held_for,
+            "tokens_used": figure.tokens_used,
+            "tokens_quota": figure.quota.tokens,
+            "window": figure.quota.window,
+            "retry_at": figure.retry_at_ms / 1000 if figure.retry_at_ms else None,
+        }
+        for figure in figures
+    ]
 
 
 def _upstream(upstream: UpstreamFigures) -> dict[str, object]:

@@ -58,6 +58,27 @@ ADMISSION = obj(
             ),
         },
         "upstreams": {"type": "array", "items": ref("Upstream")},
+        "quotas": {
+            "type": "array",
+            "description": "Each key's use of its ADMISSION_QUOTAS (SPEC S4.4): the keys named there, those holding "
+            "jobs and those with most waiting jobs, nearest their limits first. Absent without live or token quotas.",
+            "items": obj(
+                {
+                    "key": {"type": "string"},
+                    "live": {"type": "integer", "description": "Its live Hermes runs."},
+                    "live_quota": nullable({"type": "integer"}),
+                    "waiting": {"type": "integer", "description": "Its jobs waiting: in the line and held."},
+                    "waiting_quota": nullable({"type": "integer"}),
+                    "held": {"type": "integer", "description": "Its jobs held out of the line by its quota or budget."},
+                    "held_for": nullable({"type": "string", "enum": ["quota", "budget"]}),
+                    "tokens_used": nullable({"type": "integer", "description": "Tokens its runs used in the window."}),
+                    "tokens_quota": nullable({"type": "integer"}),
+                    "window": nullable({"type": "string", "enum": ["1h", "1d", "7d"]}),
+                    "retry_at": nullable(SECONDS),
+                },
+                ["key", "live", "live_quota", "waiting", "held", "held_for"],
+            ),
+        },
     },
     ["live", "limit", "learnt", "refusing", "line", "upstreams"],
 )

@@ -35,7 +35,7 @@ from broker.jobs.memory_watch import MemoryWatch
 from broker.jobs.writer import Writer
 from broker.logging import get_logger
 from broker.metrics import Metrics
-from broker.store import leases, signals
+from broker.store import leases, quota_view, signals
 from broker.store.admission import AdmissionStore
 from broker.store.jobs import Snapshot
 from broker.store.outage import is_outage
@@ -121,7 +121,9 @@ class JobService:
         )
         try:
             bound = bound_of(self._quotas, self._max_waiting, scheduling.fairness_key)
-            outcome = await self._writer.create(event, bound)
+            quota = self._admission.quota if self._admission is not None else None
+            held = await quota_view.held(quota, bound, scheduling.fairness_key) if quota is not None else (0, 0)
+            outcome = await self._writer.create(event, bound, held)
         except QueueFull as full:
             if took and self._conversations is not None and request.session_id is not None:
                 await self._conversations.withdraw(request.session_id, job_id, now)  # no job: the session is free
@@ -230,6 +232,10 @@ class JobService:
             if ordered(view) and (holder := holders.get(view.session_id or "")) is not None and holder != view.job_id
         }
         waiting = [view for view in waiting if view.job_id not in held]
+        quota = self._admission.quota
+        if waiting and quota is not None and quota.enforced:  # held by their keys' quotas (SPEC S4.4)
+            held.update(await quota_view.holds(quota, waiting, now))
+            waiting = [view for view in waiting if view.job_id not in held]
         if waiting:
             line = await self._admission.state(now, lines=False)
             needs = await self._admission.needs(waiting)
@@ -260,8 +266,12 @@ class JobService:
             return view
 
     async def _stopped(self, job_id: str, facts: Callable[[JobView], list[JobEvent]]) -> JobView:
-        """Record a stop; a waiting turn that ended with it hands its session on (SPEC S4.3)."""
+        """Record a stop; a waiting turn that ended with it hands its session on (SPEC S4.3), and a job held by its
+        key's quota leaves its held jobs (S4.4: it waits no more)."""
         view = await self._record(job_id, facts)
+        quota = self._admission.quota if self._admission is not None else None
+        if quota is not None and quota.enforced and view.status.terminal:
+            await quota.forget([(job_id, view.scheduling.fairness_key)])
         if self._conversations is not None and view.status.terminal:
             await self._conversations.ended(view, self._clock.now_ms(), look_up=False)
             if view.unanswered_on is not None and ordered(view):  # its create's run may be live: a runner looks it up

@@ -9,6 +9,7 @@ from collections import Counter
 
 from broker.logging import get_logger
 from broker.metrics import Metrics
+from broker.store.budgets import Budgets
 from broker.store.outage import is_outage, outage_name
 from broker.store.usage import BATCH, UsageStore
 from broker.tasks import cancel_all
@@ -18,8 +19,11 @@ SWEEP_S = 1.0  #: how often a replica looks at the partitions (a settled run sho
 
 
 class UsageSweep:
-    def __init__(self, store: UsageStore, metrics: Metrics, *, every_s: float = SWEEP_S) -> None:
+    def __init__(
+        self, store: UsageStore, metrics: Metrics, *, every_s: float = SWEEP_S, budgets: Budgets | None = None
+    ) -> None:
         self._store = store
+        self._budgets = budgets  #: the keys' token budgets (SPEC S4.4) add the tokens of the runs counted here
         self._metrics = metrics
         self._every_s = every_s
         self._task: asyncio.Task[None] | None = None
@@ -44,6 +48,8 @@ class UsageSweep:
         if not facts:
             return 0
         counted = [used for used, new in zip(facts, await self._store.count(facts), strict=True) if new]
+        if self._budgets is not None:
+            await self._budgets.counted(counted)
         await self._store.clear(readable)
         for used in counted:
             self._observe(used)

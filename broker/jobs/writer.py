@@ -17,6 +17,7 @@ from broker.events import JobCreated, JobEvent
 from broker.jobs import journal
 from broker.metrics import Metrics
 from broker.store import usage as usage_store
+from broker.store.bound import Counted
 from broker.store.callbacks import CallbackWrite
 from broker.store.jobs import BoardWrite, Created, JobStore, Snapshot
 from projections import board as board_projection
@@ -44,11 +45,13 @@ class Writer:
         self._board = board
         self._callbacks = callbacks
 
-    async def create(self, event: JobCreated, bound: Bound | None = None) -> Created:
-        """Store a new job (`bound`: the waiting bounds it must be under, SPEC S4.4), or find the existing one."""
+    async def create(self, event: JobCreated, bound: Bound | None = None, held: Counted = (0, 0)) -> Created:
+        """Store a new job (`bound`: the waiting bounds it must be under, SPEC S4.4, with `held` jobs of its key and
+        in all waiting out of the line), or find the existing one."""
         view = apply(None, event)
         assert view is not None  # JobCreated always creates
-        return await self.store.create(event, view, await self._board_write(event.job_id, None, [event]), bound)
+        board = await self._board_write(event.job_id, None, [event])
+        return await self.store.create(event, view, board, bound, held)
 
     async def commit(
         self,

@@ -12,18 +12,16 @@ however many jobs it grants:
   3. claims the first n heads (admission_claim.lua per head, in one pipeline; each in the job's slot: off
      the line, its run lease taken, due for takeover, its view read); a head another replica took is
      skipped;
-  4. gives the claimed jobs their reserved slots and the unused reservations back (admission_grant.lua, which
+  4. with quotas of live runs or tokens (SPEC S4.4), counts the routed jobs' live runs against their keys'
+     quotas, or holds them out of the line (quota_take.lua in `{quota}`, one round trip; broker/store/quota.py);
+  5. gives the claimed jobs their reserved slots and the unused reservations back (admission_grant.lua, which
      also moves each priority's virtual time V, fair.after_pass; step 1 returns V to the replica).
-A crash between steps loses nothing: a reservation expires by itself (RUNS_LEASE) and a claimed job is
-due for takeover. A slot is keyed by its job: the job's run lease decides who holds it, its expiry
-(renewed with the lease) returns a dead replica's slots within RUNS_LEASE.
+A crash between steps loses nothing: a reservation expires by itself (RUNS_LEASE), a claimed job is due for
+takeover, and a live run counted for a quota expires with its slot. A slot is keyed by its job: the job's run lease
+decides who holds it, its expiry (renewed with the lease) returns a dead replica's slots within RUNS_LEASE.
 
-Step 2 reads every partition's line at most every FULL_READ_MS; in between, only the lines that may have
-changed since this replica read them (broker/admission/heads.py keeps their first jobs): a job joined (a `line J`
-message, which the create's write and `enter` publish to every replica), or a head it tried to claim was gone
-(another replica took it: the pass reads that line again and claims on, CLAIM_ROUNDS at most), or the pass needs more
-of a long line than it knows. A pass of a long line then costs the reads of the lines that changed instead of 64;
-an older replica's requeue (it publishes nothing) is seen by the next full read.
+Steps 2 and 3 are broker/store/line_claims.py: a pass reads only the lines that may have changed since this replica
+last read them, and every line at most every FULL_READ_MS.
 """
 
 from __future__ import annotations
@@ -31,17 +29,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import cast
 
+from attrs import evolve
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
 from broker.admission import fair
-from broker.admission.heads import DEPTH, KnownHeads
 from broker.admission.known_slots import KnownSlots
 from broker.admission.newcomers import Newcomers
 from broker.admission.pacing import Pacing
 from broker.admission.route import Need, route, take
 from broker.admission.state import INITIAL_LIMIT, LineState
-from broker.codec import decode_view
 from broker.events import HoldReason
 from broker.store import keys, signals
 from broker.store.affinity import Affinity
@@ -49,40 +46,20 @@ from broker.store.batch import ScriptBatch
 from broker.store.connection import is_cluster
 from broker.store.grants import Acceptance, Grant, Grants, Refusal
 from broker.store.leases import new_token
-from broker.store.line_state import read_line_state, read_needs
+from broker.store.line_claims import Claimed, LineClaims
+from broker.store.line_state import read_line_state, read_needs, read_virtual
+from broker.store.quota import QuotaStore, Taken
 from broker.store.replies import ints_and_ids as _ints_and_ids
-from broker.store.replies import scored as _scored
-from broker.store.replies import text as _text
 from broker.store.scripts import Args, Scripts, run_many
 from broker.store.upstream_admission import UpstreamSlots, grant_calls, need_of, reserved
 from broker.store.upstream_health import HealthStore
 from broker.upstreams.health import is_lost
 from projections.job import JobView
 
-#: How often a pass reads every partition's line (else only those known to hold waiting jobs).
-FULL_READ_MS = 500
-#: How often a full read also looks for counts of waiting jobs left beside an empty line (an older broker's drift).
-DRIFT_CHECK_MS = 10_000
-#: Claim rounds of one pass at most: a head known here that is gone sends the pass back to read its line.
-CLAIM_ROUNDS = 3
 #: Most jobs a replica remembers as waiting for a busy upstream (SPEC S10), not to claim them while it has no room.
 MAX_PARKED = 10_000
-
-
-#: A claimed job: (job, lease token, stored view fields, JobCreated JSON, place, view).
-_Taken = tuple[str, str, dict[str, str], str | None, str, JobView | None]
-
-
-def _taken(job_id: str, lease_token: str, claimed: list[object]) -> _Taken:
-    """A claimed job from admission_claim.lua's reply."""
-    stored = {
-        name: _text(value)
-        for name, value in zip(("state", "last_id", "board"), claimed[2:5], strict=False)
-        if value is not None
-    }
-    created = _text(claimed[5]) if len(claimed) > 5 and claimed[5] is not None else None
-    view = decode_view(stored["state"]) if "state" in stored else None
-    return (job_id, lease_token, stored, created, _text(claimed[1]), view)
+#: Most looks at the keys with held jobs in one pass: another when a woken job had finished meanwhile.
+WAKE_ROUNDS = 3
 
 
 class AdmissionStore:
@@ -98,8 +75,10 @@ class AdmissionStore:
         upstreams: Sequence[UpstreamSlots] = (),
         affinity: Affinity | None = None,
         replica: str = "",
+        quota: QuotaStore | None = None,
     ) -> None:
         self._redis = redis
+        self.quota = quota  #: quotas per fairness key (SPEC S4.4); None: none
         self._replica = replica  #: the lease tokens of its grants name it (SPEC S3.2 `owner`)
         self._scripts = Scripts(redis)
         #: the per-job calls of a loop turn (accepted, release) in one pipeline, as the job writes (single Redis)
@@ -114,19 +93,18 @@ class AdmissionStore:
         self.lost_ms = pacing.upstream_lost_ms if len(self.upstreams) > 1 else 0
         self.virtual = virtual or fair.VirtualTimes()  #: V per priority, learnt with every pass (SPEC S4.2)
         self.newcomers = Newcomers(len(fair.PRIORITIES))  #: the latest jobs heard to start at V
-        self._drifted: list[int] = []  #: partitions read with an empty line but counts of waiting jobs
         self._slots = KnownSlots()  #: the slots this replica granted, and the acceptances it wrote
-        self._known = KnownHeads()  #: the lines' first jobs as last read here, and which lines changed since
-        self._full_read_at = -FULL_READ_MS  #: when a pass last read every partition (epoch ms)
-        self._drift_checked_at = -DRIFT_CHECK_MS
+        self._line = LineClaims(redis, self._scripts, replica, pacing.slot_ttl_ms)  #: the lines' heads, claimed
         #: jobs bound to a busy upstream (SPEC S10), left in line by this replica's passes while it has no room
         self._parked: dict[str, str] = {}
 
     async def admit(self, now_ms: int, most: int) -> Grants:
         """Take up to `most` jobs off the heads of the lines, oldest first, each with a slot and its run
         lease, as far as the limit allows."""
-        full = now_ms - self._full_read_at >= FULL_READ_MS
-        if not full and not self._known.any_waiting():
+        if self.quota is not None and self.quota.enforced:  # held jobs whose keys have room go back to the line
+            await self._return_woken(now_ms)
+        full = self._line.full(now_ms)
+        if not full and not self._line.any_waiting():
             return Grants([], None)  # no waiting job known here: the next full read looks again
         p, token = self.pacing, new_token()
         replies = await run_many(  # every upstream's own slot (SPEC S10); one script in one round trip for one URL
@@ -144,10 +122,10 @@ class AdmissionStore:
         if not count:
             return Grants([], wake or None)  # at the limits, or pacing refusals: one round trip
         if full:
-            self._full_read_at = now_ms
+            self._line.read_all_at(now_ms)
         roomless = {a.upstream.name for a in answers if not a.reservations}
         parked = {job_id for job_id, upstream in self._parked.items() if upstream in roomless}
-        taken = await self._claim(min(count, most), parked, now_ms, full=full)
+        taken = await self._line.claim(min(count, most), parked, now_ms, full=full)
         sessions = [v.session_id for *_, v in taken if v is not None and v.attempt == 1 and v.session_id]
         affinities = await self._affinity.of(sessions) if self._affinity is not None and sessions else {}
         grants: list[Grant] = []
@@ -167,47 +145,54 @@ class AdmissionStore:
             grants.append(
                 Grant(job_id, lease_token, stored, created, choice.upstream, choice.moved_from, choice.reason, place)
             )
+        quota = await self._quotas(taken, routed, now_ms)
+        held = quota.held
+        if held or quota.waited:
+            grants = [
+                evolve(g, upstream=None, held=True)
+                if g.job_id in held
+                else evolve(g, waited_until_ms=now_ms)
+                if g.job_id in quota.waited
+                else g
+                for g in grants
+            ]
         granted = [float(place) for jobs in routed.values() for _, place in jobs]
         room = sum(a.standing.limit for a in answers)
         moved = fair.after_pass(answers[0].virtual, granted, self._waiting, self.newcomers, room)
         settle = grant_calls(answers, routed, now_ms, p.slot_ttl_ms, moved)
         await run_many(self._redis, self._scripts.admission_grant, settle)
         self.virtual.learn([moved.get(q, v) for q, v in zip(fair.PRIORITIES, answers[0].virtual, strict=True)], now_ms)
-        if self._drifted:  # rare: jobs moved by an older broker's scripts, which do not count them
-            drifted, self._drifted = self._drifted, []
+        if self._line.drifted:  # rare: jobs moved by an older broker's scripts, which do not count them
+            drifted, self._line.drifted = self._line.drifted, []
             calls: list[tuple[list[str], list[str]]] = [
                 ([keys.line(partition), keys.fair(partition), keys.fair_top(partition)], []) for partition in drifted
             ]
             await run_many(self._redis, self._scripts.admission_fair_clear, calls)
-        return Grants(grants, wake or None)
+        return Grants(grants, wake or None, more=bool(held))
 
-    async def _claim(self, most: int, parked: set[str], now_ms: int, *, full: bool) -> list[_Taken]:
-        """Claim up to `most` heads of the lines (none of `parked`); a known head that is gone (another replica took
-        it, or it was stopped) sends the pass back to read its line, CLAIM_ROUNDS times at most."""
-        taken: list[_Taken] = []
-        tried: set[str] = set()
-        for attempt in range(CLAIM_ROUNDS):
-            wanted = most - len(taken)
-            skipped = parked | tried
-            read = await self._heads(wanted + len(skipped), now_ms, full=full and attempt == 0)
-            heads = [head for head in read if head[0] not in skipped][:wanted]
-            if not heads:
-                break
-            claims = await run_many(self._redis, self._scripts.admission_claim, self._claim_calls(heads, now_ms))
-            lost = False
-            for (job_id, lease_token, partition), claim in zip(heads, claims, strict=True):
-                claimed = cast(list[object], claim)
-                tried.add(job_id)
-                if claimed[0] == 1:
-                    taken.append(_taken(job_id, lease_token, claimed))
-                    self._known.taken(job_id, partition, gone=False)
-                elif claimed[0] == 0:  # not in the line any more: another replica took it, or it was stopped
-                    self._known.taken(job_id, partition, gone=True)
-                    lost = True
-                # -1: another replica drives it (it stays in the line): not granted here
-            if not lost or len(taken) >= most:
-                break
-        return taken
+    async def _quotas(self, taken: list[Claimed], routed: dict[str, list[tuple[str, str]]], now_ms: int) -> Taken:
+        """Count the routed jobs' live runs against their keys' quotas (SPEC S4.4); those held instead leave `routed`
+        (their reserved slots go back) and wait out of the line."""
+        if self.quota is None or not self.quota.enforced or not routed:
+            return Taken()
+        views = {job_id: view for job_id, *_, view in taken if view is not None and not view.status.terminal}
+        order = [(job_id, place) for job_id, *_, place, _ in taken]
+        chosen = {job_id for jobs in routed.values() for job_id, _ in jobs}
+        candidates = [
+            (job_id, views[job_id].scheduling.fairness_key, place)
+            for job_id, place in order
+            if job_id in chosen and job_id in views
+        ]
+        finished = [
+            (job_id, view.scheduling.fairness_key) for job_id, *_, view in taken if view and view.status.terminal
+        ]
+        await self.quota.forget(finished)  # stopped while woken: claimed, and done
+        decided = await self.quota.take(candidates, now_ms, self.pacing.slot_ttl_ms)
+        for name, jobs in routed.items():
+            routed[name] = [(job_id, place) for job_id, place in jobs if job_id not in decided.held]
+        for job_id in decided.held:
+            self._slots.forget(job_id)
+        return decided
 
     async def lost(self, upstream: str | None, now_ms: int) -> bool:
         """Have calls to the upstream got no answer, at any replica, for HERMES_UPSTREAM_LOST?"""
@@ -219,89 +204,15 @@ class AdmissionStore:
         self._parked[job_id] = upstream
 
     def _waiting(self, priority: int) -> int | None:
-        return fair.smallest(self._known.scores(), priority)  # the smallest tag known to wait, after the claims
+        return self._line.smallest(priority)  # the smallest tag known to wait, after the claims
 
     def heard(self, job_id: str, newcomer: tuple[int, int] | None = None) -> None:
         """A job is (back) in the line: the next pass reads its partition. `newcomer`: (score, advance) of a job
         that started at V (SPEC S4.2)."""
-        self._known.changed(keys.partition_of(job_id))
+        self._line.changed(keys.partition_of(job_id))
         found = None if newcomer is None else fair.band_of(newcomer[0])
         if newcomer is not None and found is not None:
             self.newcomers.entered(found[0], found[1], newcomer[1])
-
-    async def _heads(self, most: int, now_ms: int, *, full: bool) -> list[tuple[str, str, int]]:
-        """The first `most` waiting jobs over the lines, in line order, as (job, a new lease token, partition): the
-        lines read are every line (`full`), or those that may have changed since this replica last read them
-        (broker/admission/heads.py). When jobs of one score are among the heads it reaches, one more read orders
-        them by arrival (their created ms)."""
-        read = list(keys.partitions()) if full else self._known.to_read(most)
-        depth = max(most, DEPTH)
-        if read:
-            self._known.reading(read)
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for partition in read:  # raw: redis-py's pairing of scores cost more than the read itself
-                    pipe.execute_command("ZRANGE", keys.line(partition), 0, depth - 1, "WITHSCORES")
-                replies = await pipe.execute()
-            lines = {partition: _scored(reply) for partition, reply in zip(read, replies, strict=True)}
-            for partition, line in lines.items():
-                self._known.read(partition, line, depth)
-            if full and now_ms - self._drift_checked_at >= DRIFT_CHECK_MS:
-                self._drift_checked_at = now_ms
-                await self._check_drift([partition for partition, line in lines.items() if not line])
-        merged = self._known.merged(most)
-        tied = fair.tied_at_cut(merged, most)
-        if tied:  # jobs of one tag (keys without a turn, between two grants) among the heads: the oldest go first
-            merged = await self._by_arrival(merged, tied, most)
-        return [(job_id, new_token(self._replica), partition) for _, job_id, partition in merged[:most]]
-
-    async def _check_drift(self, empty: list[int]) -> None:
-        """Remember the partitions read with an empty line but counts of waiting jobs (cleared after the pass)."""
-        if not empty:
-            return
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for partition in empty:
-                pipe.exists(keys.fair(partition))
-            counted = await pipe.execute()
-        self._drifted = [partition for partition, n in zip(empty, counted, strict=True) if n]
-
-    def _claim_calls(
-        self, heads: Sequence[tuple[str, str, int]], now_ms: int
-    ) -> list[tuple[list[str], list[str | int]]]:
-        ttl = self.pacing.slot_ttl_ms
-        return [
-            (
-                [
-                    keys.line(partition),
-                    keys.lease(job_id),
-                    keys.due(partition),
-                    keys.view(job_id),
-                    keys.events(job_id),
-                    keys.fair(partition),
-                    keys.fair_top(partition),
-                ],
-                [job_id, lease_token, ttl, now_ms + ttl],
-            )
-            for job_id, lease_token, partition in heads
-        ]
-
-    async def _by_arrival(self, merged: list[fair.Head], tied: list[fair.Head], most: int) -> list[fair.Head]:
-        """`merged` with the jobs of the tied score in arrival order (created ms): the oldest `most` of that score
-        in each partition that holds some (a line's read showed the smallest ids only), one script per partition."""
-        score = tied[0][0]
-        partitions = sorted({partition for _, _, partition in tied})
-        calls: list[tuple[list[str], list[str | int]]] = [
-            ([keys.line(p), keys.arrivals(p)], [repr(score), most]) for p in partitions
-        ]
-        arrived: dict[str, float | None] = {}
-        found: list[fair.Head] = []
-        replies = await run_many(self._redis, self._scripts.admission_ties, calls)
-        for partition, reply in zip(partitions, replies, strict=True):
-            items = _ints_and_ids(reply)
-            for job_id, at in zip(items[::2], items[1::2], strict=True):
-                arrived[job_id] = float(at) if at else None
-                found.append((score, job_id, partition))
-        others = [head for head in merged if head[0] != score]
-        return fair.by_arrival(others + found, arrived)
 
     def upstream(self, name: str | None) -> UpstreamSlots:
         """The admission of the upstream named `name`; the first for None or a name not configured (a job an
@@ -335,6 +246,7 @@ class AdmissionStore:
         """The job goes back to its place (`place` when its slot no longer knows it); the upstream learns."""
         p, at = self.pacing, self.upstream(upstream)
         self._slots.forget(job_id)
+        await self._quota_released(job_id)
         reply = await self._scripts.admission_refused(
             keys=at.keys.scripts,
             args=[
@@ -359,6 +271,7 @@ class AdmissionStore:
     async def release(self, job_id: str, *, freed: bool, upstream: str | None = None) -> bool:
         """Give the job's slot up; True when this ended a refusal (a settled run freed the slot)."""
         in_flight = "1" if self._slots.in_flight(job_id) else "0"
+        await self._quota_released(job_id)
         reply = await self._run(
             self._scripts.admission_release,
             self.upstream(upstream).keys.scripts,
@@ -371,20 +284,38 @@ class AdmissionStore:
             script(keys=script_keys, args=args) if self._batch is None else self._batch.run(script, script_keys, args)
         )
 
+    async def _quota_released(self, job_id: str) -> None:
+        if self.quota is not None and self.quota.enforced:
+            await self.quota.release(job_id)
+
     async def requeue(self, job_id: str, place: str, *, upstream: str | None = None) -> None:
         self._slots.forget(job_id)
+        await self._quota_released(job_id)
         back = await self._scripts.admission_requeue(keys=self.upstream(upstream).keys.scripts, args=[job_id, place])
         await self.enter(job_id, back.decode() if isinstance(back, bytes) else str(back))
 
     async def hold(
-        self, job_ids: Iterable[str], now_ms: int, *, renew_only: bool = False, upstream: str | None = None
+        self,
+        job_ids: Iterable[str],
+        now_ms: int,
+        *,
+        renew_only: bool = False,
+        upstream: str | None = None,
+        fairness_key: str | None = None,
     ) -> None:
         """(Re)take the slots of live runs this replica drives on one upstream: renewals (`renew_only`) and
-        takeovers."""
-        expiry = now_ms + self.pacing.slot_ttl_ms
-        mapping: dict[str, float] = {job_id: expiry for job_id in job_ids}
+        takeovers (of one job, whose `fairness_key` counts it against its quota)."""
+        ttl = self.pacing.slot_ttl_ms
+        mapping: dict[str, float] = {job_id: now_ms + ttl for job_id in job_ids}
         if mapping:
             await self._redis.zadd(self.upstream(upstream).keys.live, mapping, xx=renew_only)
+        if self.quota is None or not self.quota.enforced:
+            return
+        if renew_only:
+            await self.quota.renew(mapping, now_ms, ttl)
+        elif fairness_key is not None:
+            for job_id in mapping:
+                await self.quota.hold(job_id, fairness_key, now_ms, ttl)
 
     async def enter(self, job_id: str, place: str) -> None:
         """Make sure a waiting job is in the line (jobs of an older broker, or after a lost write), counted among
@@ -397,6 +328,49 @@ class AdmissionStore:
         )
         if int(cast(int, entered)) == 1:  # the other replicas' passes read its line again (as for a create)
             await self._redis.publish(keys.SIGNALS, signals.joined_message(job_id))
+
+    async def _return_woken(self, now_ms: int) -> None:
+        """Held jobs whose keys have room again go back to the line (SPEC S4.4), in their order, from the line's
+        virtual time on, one turn apart: a key that waited banks no place ahead of the keys that kept the line moving
+        (S4.2). One whose job finished or is gone meanwhile is forgotten, and its key looked at again at once."""
+        assert self.quota is not None
+        for _ in range(WAKE_ROUNDS):
+            back = await self.quota.wake(now_ms)
+            if not back:
+                return
+            if self.virtual.stale(now_ms):  # the places go by the line's virtual time: never this replica's stale one
+                self.virtual.learn(await read_virtual(self._redis), now_ms)
+            turns: dict[str, int] = {}
+            calls: list[tuple[Sequence[str], Args]] = []
+            for job_id, key, place in back:
+                turns[key] = turns.get(key, -1) + 1
+                p = keys.partition_of(job_id)
+                script_keys = [keys.line(p), keys.view(job_id), keys.fair(p), keys.fair_top(p), keys.lease(job_id)]
+                calls.append((script_keys, [job_id, self._returned_place(place, turns[key]), "woken"]))
+            replies = [
+                int(cast(int, reply)) for reply in await run_many(self._redis, self._scripts.admission_enter, calls)
+            ]
+            entered = [job_id for (job_id, _, _), reply in zip(back, replies, strict=True) if reply == 1]
+            for job_id in entered:
+                self.heard(job_id)
+            if entered:  # the other replicas' passes read their lines again (as for a create)
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    for job_id in entered:
+                        pipe.publish(keys.SIGNALS, signals.joined_message(job_id))
+                    await pipe.execute()
+            gone = [(job_id, key) for (job_id, key, _), reply in zip(back, replies, strict=True) if reply == -1]
+            if not gone:
+                return
+            await self.quota.forget(gone)
+
+    def _returned_place(self, place: str, turn: int) -> str:
+        """Where a woken job goes back in the line: its own place, or the line's virtual time plus `turn` turns of a
+        weight-1 key when that is later (a resubmit keeps its place ahead of every band)."""
+        found = fair.band_of(float(place))
+        if found is None:
+            return place
+        priority, tag = found
+        return str(fair.score(priority, max(tag, self.virtual.tag(priority) + turn * fair.UNIT)))
 
     async def needs(self, views: Sequence[JobView]) -> list[Need]:
         """What routing needs of each waiting job (SPEC S10), as a pass would see it (broker/store/line_state.py)."""

@@ -15,12 +15,17 @@ class Grant:
     moved_from: str | None = None  #: the upstream it was bound to, down too long (SPEC S10)
     moved_because: str | None = None  #: why it moved (`job.rerouted` reason)
     place: str | None = None  #: its score in the line when claimed (a turn that waits for its session keeps it)
+    held: bool = False  #: its key is at its quota or budget (SPEC S4.4): it waits out of the line, undriven
+    #: it waited for its key's quota until then (epoch ms; 0: it did not): its wait for Hermes begins then, the
+    #: quota's wait does not count towards RUNS_HOLD
+    waited_until_ms: int = 0
 
 
 @frozen
 class Grants:
     grants: list[Grant]  #: granted, oldest first, each with its run lease
     wake_at_ms: int | None  #: when a probe may go while Hermes refuses
+    more: bool = False  #: slots it reserved went unused (jobs held by their quotas): pass again at once
 
     @property
     def jobs(self) -> list[str]:

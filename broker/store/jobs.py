@@ -92,18 +92,24 @@ class JobStore:
         self._hold_ms = hold_ms  # a job still waiting in the line by then is woken to expire (RUNS_HOLD)
 
     async def create(
-        self, event: JobCreated, view: JobView, board: BoardWrite | None = None, bound: Bound | None = None
+        self,
+        event: JobCreated,
+        view: JobView,
+        board: BoardWrite | None = None,
+        bound: Bound | None = None,
+        held: bounds.Counted = (0, 0),
     ) -> Created:
         """Store `event` and its view, put the job in the admission line and ring the work stream for it,
         unless the job id exists already. Its place in the line is its start tag in its fairness key's turn
         (SPEC S4.2): on a cluster taken first, in the key's partition (a replayed create takes a turn it does not
         use); on a single Redis inside the job write. Raise QueueFull, storing nothing, when the job would pass a
-        waiting `bound` (SPEC S4.4; broker/store/bound.py)."""
+        waiting `bound` (SPEC S4.4; broker/store/bound.py), counting `held` (jobs of its key, and in all, waiting out of
+        the line: held by their quotas) besides the line."""
         if not bound or not self._cluster:
-            return await self._create(event, view, board, bound, (0, 0))
+            return await self._create(event, view, board, bound, held)
         # before the turn: a refused create takes none
         async with self._guard.checked(self._redis, event.job_id, view.scheduling.fairness_key, bound) as counted:
-            return await self._create(event, view, board, bound, counted)
+            return await self._create(event, view, board, bound, (counted[0] + held[0], counted[1] + held[1]))
 
     async def _create(
         self, event: JobCreated, view: JobView, board: BoardWrite | None, bound: Bound | None, counted: bounds.Counted

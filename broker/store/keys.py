@@ -97,6 +97,19 @@ hbr:{adm:<name>}:live, :reserved, :slots, :state
                                      the same four for every upstream but the first    as {adm}
                                      (SPEC S10), `<name>` its name (`hermes-2:8642`);
                                      (`v1`..`v5` there are not read: V is the first's)
+hbr:{quota}:live:<K>         zset    fairness key K's live Hermes runs -> expiry ms    none; admission pass,
+                                     (its `live` quota, S4.4; renewed with the slots)   release, renewal
+hbr:{quota}:held:<K>         zset    K's jobs out of the line while K is at its quota  none; admission pass,
+                                     or budget -> their place in the line (S4.4)        quota wake
+hbr:{quota}:woken:<K>        zset    K's held jobs sent back to the line, not taken    none; quota wake,
+                                     yet -> their place when held                       admission pass
+hbr:{quota}:tokens:<K>       hash    K's tokens per hour (start, epoch s) of its        8 days from the last
+                                     settled runs, while K has a token budget           run; whoever counts
+                                                                                       the run's usage
+hbr:{quota}:held-keys        zset    keys with held jobs -> when to look at them again none; as `held`
+hbr:{quota}:holds            hash    K -> why it holds jobs: `quota`, `order` (behind    none; as `held`
+                                     its earlier ones) or `budget:<retry_at ms>`
+hbr:{quota}:held-count       string  the held jobs of every key                         none; as `held`
 
 Several Hermes deployments (SPEC S10): each upstream has its own admission (limit, live slots, refusal) in a
 slot of its own. The FIRST upstream of HERMES_URL keeps `{adm}`, so a one-URL broker and a store of the broker
@@ -110,6 +123,10 @@ markers of one hour share a slot, so counting a fact (its marker, its key's coun
 by Hermes time) is one script, and the top keys of a range read one ranking per hour. A job write (its partition's
 slot) leaves the fact in `hbr:{pN}:usage`; the sweeps count it in the hour's slot. The hour's slot takes that hour's
 counting, as `{adm}` takes every grant.
+
+Quotas (SPEC S4.4) are one slot, `{quota}`, for every fairness key: a key's live runs are counted across replicas and
+upstreams, so taking them is one script per pass whatever keys it grants, and a key at its limit keeps its waiting
+jobs there (out of the 64 lines, so passes do not read past them) until it has room again.
 
 The work stream is only a wake-up hint, written by the job write itself on a single Redis (no slots there)
 and right after it on a cluster: the due schedules and lines are the durable memory, looked at
@@ -147,6 +164,31 @@ ADMISSION_LIVE = f"{_ADMISSION}:live"
 ADMISSION_SLOTS = f"{_ADMISSION}:slots"
 ADMISSION_STATE = f"{_ADMISSION}:state"
 ADMISSION_RESERVED = f"{_ADMISSION}:reserved"
+
+_QUOTA = f"{PREFIX}:{{quota}}"
+QUOTA_HELD_KEYS = f"{_QUOTA}:held-keys"
+QUOTA_HOLDS = f"{_QUOTA}:holds"
+QUOTA_HELD_COUNT = f"{_QUOTA}:held-count"
+
+
+def quota_live(fairness_key: str) -> str:
+    """The fairness key's live runs (SPEC S4.4 `live`): one slot for every key, so a pass takes them in one script."""
+    return f"{_QUOTA}:live:{fairness_key}"
+
+
+def quota_held(fairness_key: str) -> str:
+    """The fairness key's jobs held out of the line by its quota or budget (SPEC S4.4)."""
+    return f"{_QUOTA}:held:{fairness_key}"
+
+
+def quota_woken(fairness_key: str) -> str:
+    """The fairness key's held jobs sent back to the line and not yet taken (SPEC S4.4)."""
+    return f"{_QUOTA}:woken:{fairness_key}"
+
+
+def quota_tokens(fairness_key: str) -> str:
+    """The tokens the fairness key's settled runs used, per hour (its token budget, SPEC S4.4)."""
+    return f"{_QUOTA}:tokens:{fairness_key}"
 
 
 @frozen

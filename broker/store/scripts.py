@@ -58,6 +58,9 @@ NAMES = (
     "callback_result",
     "usage_record",
     "usage_replace",
+    "quota_take",
+    "quota_wake",
+    "quota_forget",
 )
 
 
@@ -102,6 +105,9 @@ class Scripts:
         self.session_history: AsyncScript = redis.register_script(source("session_history"))
         self.usage_record: AsyncScript = redis.register_script(source("usage_record"))
         self.usage_replace: AsyncScript = redis.register_script(source("usage_replace"))
+        self.quota_take: AsyncScript = redis.register_script(source("quota_take"))
+        self.quota_wake: AsyncScript = redis.register_script(source("quota_wake"))
+        self.quota_forget: AsyncScript = redis.register_script(source("quota_forget"))
 
     async def run(
         self,

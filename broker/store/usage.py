@@ -83,6 +83,16 @@ class UsageStore:
             for member in reply
         ]
 
+    async def count_job(self, job_id: str) -> list[Used]:
+        """Count the job's facts waiting in its partition now, not at the next sweep (a run of a key with a token
+        budget, SPEC S4.4: its tokens count before its slot goes to another run); the sweep clears them. The facts
+        counted now (not by another counter before)."""
+        members = await self._redis.zrange(keys.usage_pending(keys.partition_of(job_id)), 0, -1)
+        facts = [used for used in map(decode, map(text, members)) if used and used.marker.startswith(f"{job_id}:")]
+        if not facts:
+            return []
+        return [used for used, new in zip(facts, await self.count(facts), strict=True) if new]
+
     async def count(self, facts: Sequence[Used]) -> list[bool]:
         """Count each fact in its hour unless it was counted before; True for those counted now (one pipeline)."""
         hours: dict[int, list[int]] = defaultdict(list)

@@ -51,6 +51,8 @@ class Plan:
     conversation_cap: int  #: the simulator's cap of live runs in that row
     conversation_run_s: float  #: each run's `sleep:`
     conversation_probe: int  #: jobs of each of the row's two Redis-commands runs (sessionless, session turns)
+    quota_jobs: int  #: jobs of each of the quotas row's two keys (SPEC S4.4)
+    budget_jobs: int  #: jobs of the key with a token budget
 
     @classmethod
     def full(cls) -> Plan:
@@ -67,6 +69,7 @@ class Plan:
             scrape_keys=100_000, scrape_entries=100_000,
             conversation_sessions=200, conversation_turns=5, conversation_solo=500, conversation_cap=10,
             conversation_run_s=1.0, conversation_probe=100,
+            quota_jobs=200, budget_jobs=40,
         )  # fmt: skip
 
     @classmethod
@@ -84,6 +87,7 @@ class Plan:
             scrape_keys=2_000, scrape_entries=5_000,
             conversation_sessions=5, conversation_turns=3, conversation_solo=10, conversation_cap=4,
             conversation_run_s=0.2, conversation_probe=12,
+            quota_jobs=20, budget_jobs=16,
         )  # fmt: skip
 
 

@@ -94,3 +94,60 @@ def test_a_flood_into_a_small_redis_ends_in_202s_and_503s_and_every_accepted_job
     assert _refused_writes(masters) == refused_before
     errors = [line for line in broker.log_path.read_text().splitlines() if '"level":"ERROR"' in line]
     assert errors == []
+
+
+QUOTAS = '{"default": {"live": 3, "waiting": 60}, "keys": {"big": {"live": 6, "waiting": 200}}}'
+KEYS = ("big", "small-1", "small-2", "small-3")
+
+
+def _create_keyed(broker: BrokerProcess, n: int) -> tuple[int, Any, dict[str, str]]:
+    body = {**BODY, "scheduling": {"fairness_key": KEYS[n % len(KEYS)]}}
+    return broker.exchange("POST", "/v1/runs", body, timeout=30)
+
+
+def test_quotas_under_a_flood_into_a_small_redis_refuse_with_429_or_503_and_every_accepted_job_ends(
+    start_broker: BrokerFactory, small_store: tuple[Store, list[RedisServer]], simulator: SimulatorProcess
+) -> None:
+    # Given a broker with live and waiting quotas per key, on a Redis of a few MB under noeviction
+    store, masters = small_store
+    refused_before = _refused_writes(masters)
+    broker = start_broker(
+        redis_url=store.url,
+        HERMES_URL=simulator.url,
+        CONSOLE_ENABLED="false",
+        ADMISSION_QUOTAS=QUOTAS,
+        **store.variables,
+    )
+    # When many clients flood four keys with jobs of a few KB, more than the quotas and the Redis allow
+    with ThreadPoolExecutor(CLIENTS) as pool:
+        answers = list(pool.map(lambda n: _create_keyed(broker, n), range(CREATES)))
+    # Then every answer is a 202, a 429 queue_full or a 503 unavailable, each refusal with Retry-After, never a 500
+    statuses = collections.Counter(status for status, _, _ in answers)
+    assert set(statuses) <= {202, 429, 503} and statuses[202] and statuses[429], statuses
+    codes = {429: "queue_full", 503: "unavailable"}
+    refused = [(status, body, headers) for status, body, headers in answers if status != 202]
+    assert all(
+        body["error"]["code"] == codes[status] and int(headers["Retry-After"]) >= 1 for status, body, headers in refused
+    )
+    # And every accepted job reaches its end, completed, and no key's live runs or held jobs are left counted
+    accepted = [body["run_id"] for status, body, _ in answers if status == 202]
+    pending = accepted
+
+    def all_ended() -> bool:
+        nonlocal pending
+        pending = _unfinished(broker, pending)
+        return not pending
+
+    until(all_ended, 240, "every accepted job ended")
+    finished = collections.Counter(broker.request("GET", f"/v1/runs/{job_id}")[1]["status"] for job_id in accepted)
+    assert finished == {"completed": len(accepted)}
+
+    def quotas_empty() -> bool:
+        shown = broker.request("GET", "/readyz")[1]["admission"]["quotas"]
+        return all(entry["live"] == 0 and entry["held"] == 0 for entry in shown)
+
+    until(quotas_empty, 30, "no live run or held job left counted")
+    # And Redis never had to refuse a write, and nothing was logged as an error
+    assert _refused_writes(masters) == refused_before
+    errors = [line for line in broker.log_path.read_text().splitlines() if '"level":"ERROR"' in line]
+    assert errors == []

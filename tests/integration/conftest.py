@@ -10,6 +10,7 @@ from aiohttp.test_utils import TestClient
 from redis.asyncio import Redis
 
 from broker.app import create_app
+from broker.clock import Clock
 from broker.config import Config
 
 ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
@@ -25,10 +26,11 @@ def config(redis_target: tuple[str, bool]) -> Config:
 def make_client(aiohttp_client: Any, config: Config, redis: Redis) -> ClientFactory:
     """Start another broker app (a replica) sharing the session Redis; `overrides` change its config.
 
-    The app does not drive jobs unless `drive=True` (then its Hermes is `config.hermes_url`)."""
+    The app does not drive jobs unless `drive=True` (then its Hermes is `config.hermes_url`); `clock`: its time (the
+    system's by default)."""
 
-    async def make(*, drive: bool = False, **overrides: Any) -> TestClient[Any, Any]:
-        app = create_app(config.with_(**overrides), drive=drive)
+    async def make(*, drive: bool = False, clock: Clock | None = None, **overrides: Any) -> TestClient[Any, Any]:
+        app = create_app(config.with_(**overrides), drive=drive, clock=clock)
         client: TestClient[Any, Any] = await aiohttp_client(app)
         return client
 

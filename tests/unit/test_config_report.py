@@ -83,18 +83,17 @@ def test_unknown_variables_are_those_with_a_broker_prefix_it_does_not_read() -> 
     ]
 
 
-def test_quotas_of_live_runs_and_tokens_are_warned_about_as_not_enforced(caplog: pytest.LogCaptureFixture) -> None:
+def test_quotas_of_live_runs_and_tokens_are_applied_without_a_warning(caplog: pytest.LogCaptureFixture) -> None:
     # Given quotas of live runs and tokens beside a waiting quota
     raw = '{"default": {"waiting": 10, "live": 4}, "keys": {"batch": {"tokens": 1000, "window": "1h"}}}'
     config = Config.from_env({"ADMISSION_QUOTAS": raw, "ADMISSION_MAX_WAITING": "500"})
     # When the configuration is logged at startup
     with caplog.at_level(logging.INFO, logger=CONTEXT):
         log_configuration(config, {}, tracing=False)
-    # Then one warn line names the limits that are not applied, and the startup line shows the bounds
-    warned = [record for record in caplog.records if record.levelno == logging.WARNING]
-    assert [record.message for record in warned] == ["Quotas of live runs and tokens are not enforced yet."]
-    assert warned[0].__dict__["quotas"] == "default.live,keys.batch.tokens"
+    # Then nothing is warned about, and the startup line shows the bounds
+    assert [record for record in caplog.records if record.levelno == logging.WARNING] == []
     assert effective(config, tracing=False)["maxWaiting"] == 500
+    assert config.admission_quotas.enforced()
 
 
 def test_a_waiting_quota_alone_is_not_warned_about(caplog: pytest.LogCaptureFixture) -> None:

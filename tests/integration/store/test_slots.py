@@ -16,14 +16,16 @@ from pathlib import Path
 
 import pytest
 import redis as sync_redis
+from hypothesis import given
+from hypothesis import strategies as st
 from redis.asyncio import Redis
 from redis.crc import key_slot
 from redis.exceptions import ClusterCrossSlotError
 
 from broker.admission.pacing import Pacing
-from broker.admission.quotas import Bound
+from broker.admission.quotas import Bound, Quota, Quotas
 from broker.events import HoldReason, JobCreated, JobFinished, JobStatus, Scheduling, StopRequested
-from broker.store import keys, scripts
+from broker.store import keys, quota_view, scripts
 from broker.store.admission import AdmissionStore
 from broker.store.board import BoardStore, OutboxEntry
 from broker.store.callbacks import CallbackStore, CallbackWrite
@@ -33,6 +35,7 @@ from broker.store.fair_top import FairTopRepair
 from broker.store.jobs import BoardWrite, JobStore
 from broker.store.leases import Leases
 from broker.store.listing import IndexRepair, Listing
+from broker.store.quota import QuotaStore
 from broker.store.rebuild import RebuildStore, Replacement
 from broker.store.scripts import NAMES, source
 from broker.store.sessions import SessionStore
@@ -372,6 +375,21 @@ async def _usage_replace(redis: Redis) -> object:
     return await usage.replace(0, {"team-a": (1, 1, 0, 0, 5, 0, 0, 0)}, ["j:1:a", "j:end"])
 
 
+async def _quotas(redis: Redis) -> object:
+    quotas = Quotas(keys=(("team{a}", Quota(live=1, waiting=9)), ("b", Quota(live=2, tokens=10, window="1h"))))
+    store = QuotaStore(redis, quotas, UsageStore(redis, retention_ms=60_000))
+    held = await store.take([("job_1", "team{a}", "10"), ("job_2", "team{a}", "11"), ("job_3", "b", "12")], 1_000, 500)
+    assert held.held == {"job_2"}
+    await store.renew(["job_1", "job_3"], 1_100, 500)
+    await store.release("job_1")
+    await store.hold("job_4", "b", 1_200, 500)
+    assert await store.wake(1_300) == [("job_2", "team{a}", "11")]
+    await store.forget([("job_2", "team{a}")])
+    await store.budgets.counted([Used(marker="job_3:end", key="b", at_ms=1_000, total_tokens=5)])
+    await quota_view.held(store, Bound(key=9, all=99), "team{a}")
+    return await quota_view.figures(store, 1_300)
+
+
 SINGLE_SLOT: list[tuple[str, Operation]] = [
     ("append_events (create)", _create),
     ("bounded create: the other partitions read, then append_events checks its own (SPEC S4.4)", _create_bounded),
@@ -409,6 +427,7 @@ SINGLE_SLOT: list[tuple[str, Operation]] = [
     ("session_turn + session_history + session_release (a session's turns, SPEC S4.3)", _session_turns),
     ("append_events with usage facts + usage_record (each hour's usage, SPEC S4.5)", _usage),
     ("usage_replace (the rebuild of an hour's usage)", _usage_replace),
+    ("quota_take + quota_wake + quota_forget, releases, renewals, budgets, figures (SPEC S4.4)", _quotas),
 ]
 
 #: The scripts each operation above runs (every script of the store must be covered).
@@ -419,6 +438,7 @@ COVERED = {
     "replace_view", "remove_deltas", "board_ack", "board_promote", "release_lock",
     "reindex_job", "upstream_heard", "upstream_probe", "line_figures", "fair_top_repair", "session_turn",
     "session_release", "session_history", "callback_claim", "callback_result", "usage_record", "usage_replace",
+    "quota_take", "quota_wake", "quota_forget",
 }  # fmt: skip
 
 
@@ -480,6 +500,13 @@ def test_each_upstreams_admission_keys_map_to_one_slot_of_their_own(name: str) -
 @pytest.mark.parametrize("hour", [0, 3600, 1_796_000_400])
 def test_an_hours_usage_keys_map_to_one_slot(hour: int) -> None:
     assert len({key_slot(key.encode()) for key in keys.usage(hour).all}) == 1
+
+
+@given(st.text(max_size=64))
+def test_a_keys_quota_keys_map_to_the_one_quota_slot(fairness_key: str) -> None:
+    names = [keys.quota_live(fairness_key), keys.quota_held(fairness_key), keys.quota_woken(fairness_key)]
+    slots = {key_slot(name.encode()) for name in [*names, keys.quota_tokens(fairness_key)]}
+    assert slots == {key_slot(keys.QUOTA_HELD_KEYS.encode())} == {key_slot(keys.QUOTA_HOLDS.encode())}
 
 
 def test_the_partitions_spread_over_many_slots() -> None:

@@ -10,7 +10,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.admission.quotas import FIELDS, WINDOWS, Bound, Quota, Quotas, bound_of, full, parse_quotas
+from broker.admission.quotas import (
+    FIELDS,
+    WINDOWS,
+    Bound,
+    Quota,
+    Quotas,
+    bound_of,
+    budget_hours,
+    budget_retry,
+    full,
+    parse_quotas,
+)
 
 counts = st.none() | st.integers(min_value=1, max_value=10**9)
 fairness_keys = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), max_size=64)
@@ -67,10 +78,68 @@ def test_the_bound_of_a_create_is_its_keys_waiting_quota_and_the_lines() -> None
     assert not Quotas() and quotas
 
 
-def test_live_and_tokens_are_named_as_not_enforced() -> None:
-    quotas = parse_quotas('{"default": {"live": 4, "waiting": 9}, "keys": {"b": {"tokens": 9, "window": "7d"}}}')
-    assert quotas.unenforced() == ["default.live", "keys.b.tokens"]
-    assert parse_quotas('{"default": {"waiting": 9}}').unenforced() == []
+def test_only_live_and_tokens_make_passes_take_quotas() -> None:
+    quotas = parse_quotas('{"default": {"waiting": 9}, "keys": {"b": {"tokens": 9, "window": "7d"}}}')
+    assert quotas.enforced() and parse_quotas('{"default": {"live": 1}}').enforced()
+    assert not parse_quotas('{"default": {"waiting": 9}}').enforced() and not Quotas().enforced()
+
+
+HOUR = 3_600_000
+NOW = 1_000 * HOUR + 1_234  # a little into hour 1000
+
+
+def _hour(back: int) -> int:
+    return (1_000 - back) * HOUR // 1000
+
+
+def test_a_budget_counts_the_windows_hours_up_to_the_current_one() -> None:
+    assert budget_hours(NOW, "1h") == [_hour(0)]
+    assert budget_hours(NOW, "1d") == [_hour(back) for back in range(24)]
+    assert len(budget_hours(NOW, "7d")) == 168
+
+
+def test_a_key_within_its_budget_has_no_retry() -> None:
+    quota = Quota(tokens=1_000, window="1d")
+    assert budget_retry({_hour(0): 500, _hour(23): 499}, NOW, quota) is None
+    assert budget_retry({_hour(24): 5_000}, NOW, quota) is None  # out of the window
+    assert budget_retry({}, NOW, Quota(live=3)) is None
+
+
+def test_a_key_over_its_budget_starts_again_when_enough_hours_left_the_window() -> None:
+    quota = Quota(tokens=1_000, window="1d")
+    # 600 tokens 23 hours ago (leaves at this hour's end), 300 two hours ago, 200 now: 1,100
+    used = {_hour(23): 600, _hour(2): 300, _hour(0): 200}
+    assert budget_retry(used, NOW, quota) == 1_001 * HOUR
+    # the oldest leaving is not enough: 900 + 200 = 1,100 stays until the hour of 300 leaves too
+    used = {_hour(23): 100, _hour(2): 900, _hour(0): 200}
+    assert budget_retry(used, NOW, quota) == (1_001 + 21) * HOUR
+    # one hour's window: the budget comes back when the hour ends
+    assert budget_retry({_hour(0): 1_000}, NOW, Quota(tokens=1_000, window="1h")) == 1_001 * HOUR
+
+
+@given(
+    used=st.dictionaries(st.integers(0, 30), st.integers(0, 2_000), max_size=30),
+    tokens=st.integers(1, 10_000),
+    window=st.sampled_from(["1h", "1d"]),
+    into=st.integers(0, HOUR - 1),
+)
+def test_the_retry_is_the_first_hour_end_at_which_the_window_is_within_budget(
+    used: dict[int, int], tokens: int, window: str, into: int
+) -> None:
+    now = 1_000 * HOUR + into
+    by_hour = {_hour(back): n for back, n in used.items()}
+    quota = Quota(tokens=tokens, window=window)
+    retry = budget_retry(by_hour, now, quota)
+
+    def spent(at: int) -> int:
+        return sum(by_hour.get(hour, 0) for hour in budget_hours(at, window) if hour * 1000 <= now)
+
+    if retry is None:
+        assert spent(now) < tokens
+        return
+    assert spent(now) >= tokens and retry > now and retry % HOUR == 0
+    assert spent(retry) < tokens  # within the budget then
+    assert retry == 1_001 * HOUR or spent(retry - HOUR) >= tokens  # and not an hour earlier
 
 
 @pytest.mark.parametrize("blank", ["", "  ", "{}", '{"keys": {}}'])

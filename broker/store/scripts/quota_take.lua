@@ -1,0 +1,64 @@
+-- Take the live runs a pass grants against their keys' `live` quotas (SPEC S4.4), or hold the jobs out of the line.
+-- A job is held when its key is over its token budget, at its `live` quota, or has jobs held or woken (sent back to
+-- the line, not yet taken) whose places came before its own (a key's jobs keep their order; places carry the
+-- priority band, so a more urgent job is never held behind less urgent ones). A job's place is the one it had when
+-- first held: a woken job taken or held again keeps it. A held job waits in its key's held zset; the key is looked
+-- at again at `recheck` (its quota), when its budget allows (`budget`), or at once (held only behind earlier jobs). A
+-- job counted live already (taken again) is counted once. A live entry lapses at `expiry` unless renewed.
+-- KEYS[1] held-keys zset   KEYS[2] holds hash (key -> why)   KEYS[3] held count (every key's held jobs)
+-- KEYS[3i+1], KEYS[3i+2], KEYS[3i+3] key i's live, held and woken zsets   (one slot: {quota})
+-- ARGV[1] now (epoch ms)   ARGV[2] expiry of a live entry (epoch ms)   ARGV[3] recheck (epoch ms)
+-- ARGV[4] ms a key's live zset outlives its last entry
+-- ARGV[5..] per job, six values: key index i (1-based), fairness key, job, live quota (0: none), place,
+--   budget (0: within it; else the epoch ms it allows runs again)
+-- Returns per job 1 (taken: counted live), 2 (taken after it was held) or 0 (held), in the order given.
+local now = tonumber(ARGV[1])
+local cleaned = {}
+local taken = {}
+for a = 5, #ARGV, 6 do
+  local i = tonumber(ARGV[a])
+  local key, job, limit, budget = ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3]), tonumber(ARGV[a + 5])
+  local live, held, woken = KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3]
+  if not cleaned[i] then
+    redis.call('ZREMRANGEBYSCORE', live, '-inf', now)
+    cleaned[i] = true
+  end
+  local first = redis.call('ZSCORE', woken, job) or redis.call('ZSCORE', held, job)
+  local place = first or ARGV[a + 4]
+  local counted = redis.call('ZSCORE', live, job)
+  local behind = redis.call('ZCOUNT', held, '-inf', '(' .. place) > 0
+    or redis.call('ZCOUNT', woken, '-inf', '(' .. place) > 0
+  local full = limit > 0 and not counted and redis.call('ZCARD', live) >= limit
+  if budget > 0 or full or behind then
+    redis.call('ZREM', woken, job)
+    if counted then
+      redis.call('ZREM', live, job)
+    end
+    if redis.call('ZADD', held, place, job) == 1 then
+      redis.call('INCR', KEYS[3])
+    end
+    if budget > 0 then
+      redis.call('HSET', KEYS[2], key, 'budget:' .. budget)
+      redis.call('ZADD', KEYS[1], budget, key)
+    elseif full then
+      redis.call('HSET', KEYS[2], key, 'quota')
+      redis.call('ZADD', KEYS[1], 'NX', ARGV[3], key)
+    else
+      if redis.call('HGET', KEYS[2], key) == false then
+        redis.call('HSET', KEYS[2], key, 'order')
+      end
+      redis.call('ZADD', KEYS[1], 'LT', now, key)
+    end
+    taken[#taken + 1] = 0
+  else
+    redis.call('ZADD', live, ARGV[2], job)
+    redis.call('PEXPIRE', live, ARGV[4])
+    local from_held = redis.call('ZREM', held, job)
+    if from_held == 1 then
+      redis.call('DECR', KEYS[3])
+    end
+    taken[#taken + 1] = first and 2 or 1
+    redis.call('ZREM', woken, job)
+  end
+end
+return taken
