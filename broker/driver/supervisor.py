@@ -1,12 +1,14 @@
 """Claims work for this replica, runs one Runner per job under its lease, takes over, drains.
 
 Ownership is the run lease. The work stream is a doorbell, a hint only (read through the `drivers` group
-and acknowledged at once): `line` rings the admission pass, which grants slots to the heads of the
-partition lines in arrival order (SPEC S4.1); `job` names a job to look at now. The `line` doorbells of one
-stream come in creation order, so a pass they ring knows every older job; the `line J` messages every replica
-hears only make partitions known (on a cluster they reach a replica through other nodes, out of order). The
-partitioned due schedules and lines are the memory: the admission pass runs every ADMIT_TICK_S and the
-promote loop every second without a doorbell, so a lost doorbell only delays. A job whose owner died
+and acknowledged at once): `job` names a job to look at now; `line` (rung by brokers before this version for
+each create) rings the admission pass, which grants slots to the heads of the partition lines in arrival order
+(SPEC S4.1). A create's write publishes `line J` instead, which every replica hears: it makes J's partition
+known and rings the pass, JOIN_LINGER_S later, so the creates of a burst share one pass (on a single Redis the
+messages come in creation order, so a pass knows every older job; on a cluster they reach a replica through
+other nodes, out of order, as the doorbells of concurrent creates did). The partitioned due schedules and lines
+are the memory: the admission pass runs every ADMIT_TICK_S and the promote loop every second without a doorbell,
+so a lost doorbell or message only delays. A job whose owner died
 becomes due when its lease would have been renewed, is promoted (a `job` doorbell) and taken over; a job
 waiting in the line is due when its hold expires.
 """
@@ -37,6 +39,9 @@ RETRY_AFTER_FAILURE_MS = 1_000
 MAX_REDIS_BACKOFF_S = 5.0
 #: The line is also looked at this often without a doorbell (a replica that rang it may have died).
 ADMIT_TICK_S = 2.0
+#: A job that joined the line rings the pass this much later: a burst of creates costs one pass, not one each
+#: (a pass at Hermes's limit still costs a round trip), and a job waits at most this for its pass.
+JOIN_LINGER_S = 0.005
 
 
 class Supervisor:
@@ -57,6 +62,7 @@ class Supervisor:
         )
         self._freed = asyncio.Event()
         self._line_bell = asyncio.Event()
+        self._joining: asyncio.TimerHandle | None = None  #: the pass rung for jobs heard to join, on its way
         self._loops: list[asyncio.Task[None]] = []
         self._log = get_logger(type(self))
 
@@ -68,6 +74,15 @@ class Supervisor:
         """Look at the admission line now (a slot came back, the limit grew, a job joined)."""
         self._line_bell.set()
 
+    def joined(self) -> None:
+        """A job joined the line: look at it JOIN_LINGER_S from the first one heard (a burst shares the pass)."""
+        if self._joining is None:
+            self._joining = asyncio.get_running_loop().call_later(JOIN_LINGER_S, self._rang_for_joins)
+
+    def _rang_for_joins(self) -> None:
+        self._joining = None
+        self.ring()
+
     def start(self) -> None:
         loops = [self._claim_loop, self._admit_loop, self._promote_loop, self._renew_loop, self._nudge_loop]
         if self._prober is not None:
@@ -78,6 +93,9 @@ class Supervisor:
     async def drain(self) -> int:
         """Stop taking work and hand every driven job back for immediate takeover; Hermes runs go on."""
         await cancel_all(self._loops)
+        if self._joining is not None:
+            self._joining.cancel()
+            self._joining = None
         owned = [(runner, task) for runner, task in self._runners.values()]
         await cancel_all(task for _, task in owned)
         now = self._deps.clock.now_ms()
@@ -292,9 +310,10 @@ class Supervisor:
         # A job that joined the line while this replica was not listening is seen by the pass this rings.
         async for message in signals.nudges(self._redis, subscribed=self.ring):
             job_id = signals.joined(message)
-            if job_id is not None:  # known here before a doorbell or a slot moves the line
+            if job_id is not None:  # a create (or a job put back in line): every replica's pass looks at it
                 entered = signals.newcomer(message)
                 self._deps.gate.heard(job_id, None if entered is None else entered[1:])
+                self.joined()
                 continue
             entry = self._runners.get(message)
             if entry is not None:

@@ -26,7 +26,7 @@ from broker.store.entries import Entries, EventFormat
 from broker.store.job_write import entering, index_entry, write_keys
 from broker.store.line_state import read_virtual
 from broker.store.outage import is_outage
-from broker.store.scripts import Scripts, as_strings, ring_work
+from broker.store.scripts import Scripts, as_strings
 from projections.board import BoardState
 from projections.job import JobView, fold
 
@@ -94,7 +94,7 @@ class JobStore:
     async def create(
         self, event: JobCreated, view: JobView, board: BoardWrite | None = None, bound: Bound | None = None
     ) -> Created:
-        """Store `event` and its view, put the job in the admission line and ring the work stream for it,
+        """Store `event` and its view, put the job in the admission line and tell every replica (`line J`),
         unless the job id exists already. Its place in the line is its start tag in its fairness key's turn
         (SPEC S4.2): on a cluster taken first, in the key's partition (a replayed create takes a turn it does not
         use); on a single Redis inside the job write. Raise QueueFull, storing nothing, when the job would pass a
@@ -119,7 +119,6 @@ class JobStore:
             [event],
             view,
             expected="$new",
-            ring="line",
             due_at=event.at_ms + self._hold_ms,
             board=board,
             place=place,
@@ -130,9 +129,8 @@ class JobStore:
         if reply[0] == "FULL" and bound is not None:
             raise bounds.refused(bound, reply[1], view.scheduling.fairness_key)
         if reply[0] == "OK":
-            if self._cluster:  # the doorbells (hints: the line is looked at anyway) are other slots there
-                await self._ring_board(event.job_id, board)  # first: the created version goes out before the run
-                await ring_work(self._redis, {"line": event.job_id})
+            if self._cluster:  # the board's doorbell (a hint: the outboxes are polled anyway) is another slot there
+                await self._ring_board(event.job_id, board)
             return Created(Snapshot(view, reply[1], board.state if board else None), created=True)
         existing = decode_view(reply[1]) or (await self.load(event.job_id) or await self._refold(event.job_id)).view
         return Created(Snapshot(existing, ""), created=False)
@@ -215,7 +213,6 @@ class JobStore:
         *,
         expected: str,
         token: str | None = None,
-        ring: str | None = None,
         due_at: int | None = None,
         board: BoardWrite | None = None,
         before: JobView | None = None,
@@ -227,8 +224,9 @@ class JobStore:
         bound: tuple[Bound, bounds.Counted] | None = None,
         usage: Sequence[tuple[int, bytes]] = (),
     ) -> list[str]:
-        """One append_events.lua over the job's partition (one slot; on a single Redis also the work stream,
-        when `ring`, and the turns of a new job's fairness key, `turn`); acknowledged after WAIT when asked."""
+        """One append_events.lua over the job's partition (one slot; on a single Redis also the turns of a new
+        job's fairness key, `turn`); acknowledged after WAIT when asked. A create's only wake-up is the `line J`
+        message its write publishes (broker/store/signals.py): every replica hears it and looks at the line."""
         write: dict[str, object] = {
             "job": job_id,
             "expect": expected,
@@ -241,8 +239,6 @@ class JobStore:
             write["index"] = index
         if due_at is not None:
             write["due"] = str(due_at)
-        if ring is not None and not self._cluster:
-            write["ring"] = ring
         if expected == "$new":
             write.update(entering(job_id, view, place, turn, newcomer=newcomer))
         elif view.status.terminal:
@@ -290,7 +286,7 @@ class JobStore:
         with owed callbacks, the job's callback hash and its partition's schedule (SPEC S5.8); with a create's
         `bound`, the partitions' counts it checks (SPEC S4.4); with usage facts, the partition's zset of them
         (SPEC S4.5)."""
-        script_keys = [*write_keys(job_id), *([] if self._cluster else [keys.WORK]), *([turn[0]] if turn else [])]
+        script_keys = [*write_keys(job_id), *([turn[0]] if turn else [])]
         if "line" in write:
             script_keys.append(keys.fair_top(keys.partition_of(job_id)))
             write["top"] = str(len(script_keys))
