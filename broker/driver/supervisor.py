@@ -1,15 +1,15 @@
 """Claims work for this replica, runs one Runner per job under its lease, takes over, drains.
 
-Ownership is the run lease. The work stream is a doorbell, a hint only (read through the `drivers` group
-and acknowledged at once): `job` names a job to look at now; `line` (rung by brokers before this version for
-each create) rings the admission pass, which grants slots to the heads of the partition lines in arrival order
-(SPEC S4.1). A create's write publishes `line J` instead, which every replica hears: it makes J's partition
-known and rings the pass, JOIN_LINGER_S later, so the creates of a burst share one pass (on a single Redis the
-messages come in creation order, so a pass knows every older job; on a cluster they reach a replica through
-other nodes, out of order, as the doorbells of concurrent creates did). The partitioned due schedules and lines
-are the memory: the admission pass runs every ADMIT_TICK_S and the promote loop every second without a doorbell,
-so a lost doorbell or message only delays. A job whose owner died
-becomes due when its lease would have been renewed, is promoted (a `job` doorbell) and taken over; a job
+Ownership is the run lease. The work stream is a doorbell, a hint only (read through the `drivers` group and
+acknowledged at once): `job` names a job to look at now; `line` (rung by brokers before this version for each
+create) rings the admission pass, which grants slots to the heads of the partition lines in arrival order (SPEC
+S4.1). A create's write publishes `line J` instead, which every replica hears: it makes J's partition known and
+rings the pass, at once unless a pass began less than JOIN_LINGER_S ago (then that long after it began), so the
+creates of a burst share one pass (on a single Redis the messages come in creation order, so a pass knows every
+older job; on a cluster they reach a replica through other nodes, out of order, as the doorbells of concurrent
+creates did). The partitioned due schedules and lines are the memory: the admission pass runs every ADMIT_TICK_S
+and the promote loop every second without a doorbell, so a lost doorbell or message only delays. A job whose owner
+died becomes due when its lease would have been renewed, is promoted (a `job` doorbell) and taken over; a job
 waiting in the line is due when its hold expires.
 """
 
@@ -39,9 +39,10 @@ RETRY_AFTER_FAILURE_MS = 1_000
 MAX_REDIS_BACKOFF_S = 5.0
 #: The line is also looked at this often without a doorbell (a replica that rang it may have died).
 ADMIT_TICK_S = 2.0
-#: A job that joined the line rings the pass this much later: a burst of creates costs one pass, not one each
-#: (a pass at Hermes's limit still costs a round trip), and a job waits at most this for its pass.
-JOIN_LINGER_S = 0.005
+#: Jobs that joined the line ring at most one pass per this long: a burst of creates costs a pass per
+#: JOIN_LINGER_S, not one each (a pass at Hermes's limit still costs a round trip), and a job waits at most this for
+#: its pass (a lone create none).
+JOIN_LINGER_S = 0.01
 
 
 class Supervisor:
@@ -63,6 +64,7 @@ class Supervisor:
         self._freed = asyncio.Event()
         self._line_bell = asyncio.Event()
         self._joining: asyncio.TimerHandle | None = None  #: the pass rung for jobs heard to join, on its way
+        self._passed_at = -JOIN_LINGER_S  #: when the last admission pass began (the loop's clock, seconds)
         self._loops: list[asyncio.Task[None]] = []
         self._log = get_logger(type(self))
 
@@ -75,9 +77,15 @@ class Supervisor:
         self._line_bell.set()
 
     def joined(self) -> None:
-        """A job joined the line: look at it JOIN_LINGER_S from the first one heard (a burst shares the pass)."""
-        if self._joining is None:
-            self._joining = asyncio.get_running_loop().call_later(JOIN_LINGER_S, self._rang_for_joins)
+        """A job joined the line: look at it now, or JOIN_LINGER_S after the last pass began (a burst shares one)."""
+        if self._joining is not None:
+            return
+        loop = asyncio.get_running_loop()
+        wait_s = self._passed_at + JOIN_LINGER_S - loop.time()
+        if wait_s <= 0:
+            self.ring()
+        else:
+            self._joining = loop.call_later(wait_s, self._rang_for_joins)
 
     def _rang_for_joins(self) -> None:
         self._joining = None
@@ -172,6 +180,7 @@ class Supervisor:
             free = self._concurrency - len(self._runners)
             if free <= 0:
                 continue  # a runner that ends rings the bell
+            self._passed_at = asyncio.get_running_loop().time()
             grants = await self._deps.gate.admit(self._deps.clock.now_ms(), free)
             wake_at = grants.wake_at_ms
             for grant in grants.grants:  # each came with its run lease (admission_claim.lua)
