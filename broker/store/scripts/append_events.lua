@@ -36,7 +36,8 @@
 --              turn here, with fair_turn.lua's numbers (on a cluster that script runs before, in the key's
 --              partition, and gives `place`); its place is `band` + its start tag. A replay takes none
 --   arrived    with 'enter': the job's created ms, kept in KEYS[13] until it ends (a pass orders jobs of one
---              score by it, admission_ties.lua); entries older than the retention are trimmed
+--              score by it, admission_ties.lua); entries older than the retention are trimmed by the creates of
+--              ids ending in 0 (one in 16: a job's end takes its entry out; only strays are ever that old)
 --   fair       with 'enter', present: {key, weight}, the job's fairness key and weight: the job is counted among
 --              the key's waiting jobs in KEYS[12] while it waits in a priority band (a score >= 2^51, SPEC S4.2);
 --              a terminal write that takes it off the line uncounts it (the key is in the view JSON, ARGV[2])
@@ -150,7 +151,9 @@ if w.line == 'enter' then
   redis.call('ZADD', KEYS[9], place, w.job)
   if w.arrived then
     redis.call('ZADD', KEYS[13], w.arrived, w.job)
-    redis.call('ZREMRANGEBYSCORE', KEYS[13], '-inf', '(' .. (tonumber(w.arrived) - tonumber(w.retention)))
+    if string.sub(w.job, -1) == '0' then  -- one create in 16 trims (a job's end takes its own entry out)
+      redis.call('ZREMRANGEBYSCORE', KEYS[13], '-inf', '(' .. (tonumber(w.arrived) - tonumber(w.retention)))
+    end
   end
   if w.fair and tonumber(place) >= 2 ^ 51 then
     counted(w.fair.key, 1, w.fair.weight)
