@@ -1,16 +1,16 @@
 """Claims work for this replica, runs one Runner per job under its lease, takes over, drains.
 
-Ownership is the run lease. The work stream is a doorbell, a hint only (read through the `drivers` group and
-acknowledged at once): `job` names a job to look at now; `line` (rung by brokers before this version for each
-create) rings the admission pass, which grants slots to the heads of the partition lines in arrival order (SPEC
-S4.1). A create's write publishes `line J` instead, which every replica hears: it makes J's partition known and
-rings the pass, at once unless a pass began less than JOIN_LINGER_S ago (then that long after it began), so the
-creates of a burst share one pass (on a single Redis the messages come in creation order, so a pass knows every
-older job; on a cluster they reach a replica through other nodes, out of order, as the doorbells of concurrent
-creates did). The partitioned due schedules and lines are the memory: the admission pass runs every ADMIT_TICK_S
-and the promote loop every second without a doorbell, so a lost doorbell or message only delays. A job whose owner
-died becomes due when its lease would have been renewed, is promoted (a `job` doorbell) and taken over; a job
-waiting in the line is due when its hold expires.
+Ownership is the run lease. The work stream is a doorbell, a hint only (read through the `drivers` group
+and acknowledged at once): `line` rings the admission pass, which grants slots to the heads of the partition
+lines in arrival order (SPEC S4.1); `job` names a job to look at now. A create's write publishes `line J`, which
+every replica hears: it makes J's partition known. On a single Redis the messages come in creation order, so
+the message itself rings the pass (at once, unless a pass began less than JOIN_LINGER_S ago: then that long after
+it began, so the creates of a burst share one pass) and a create rings no doorbell; on a cluster they reach a
+replica through other nodes, out of order, so there the create's `line` doorbell, read in creation order, rings
+it (brokers before this version ring one on a single Redis too). The partitioned due schedules and lines are the
+memory: the admission pass runs every ADMIT_TICK_S and the promote loop every second without a doorbell, so a
+lost doorbell or message only delays. A job whose owner died becomes due when its lease would have been renewed,
+is promoted (a `job` doorbell) and taken over; a job waiting in the line is due when its hold expires.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from broker.errors import JobNotFound, LeaseLost, NotReplicated
 from broker.ids import new_replica_id
 from broker.logging import get_logger
 from broker.store import keys, signals, work
+from broker.store.connection import is_cluster
 from broker.store.leases import Leases, new_token
 from broker.store.outage import REDIS_FAILURES, is_outage, log_failure
 from broker.tasks import cancel_all
@@ -62,6 +63,9 @@ class Supervisor:
             else None
         )
         self._freed = asyncio.Event()
+        #: whether `line J` messages ring the pass: on a single Redis they come in creation order; on a cluster
+        #: they come through other nodes, out of order, and the creates' `line` doorbells ring it instead
+        self._joins_ring = not is_cluster(redis)
         self._line_bell = asyncio.Event()
         self._joining: asyncio.TimerHandle | None = None  #: the pass rung for jobs heard to join, on its way
         self._passed_at = -JOIN_LINGER_S  #: when the last admission pass began (the loop's clock, seconds)
@@ -322,7 +326,8 @@ class Supervisor:
             if job_id is not None:  # a create (or a job put back in line): every replica's pass looks at it
                 entered = signals.newcomer(message)
                 self._deps.gate.heard(job_id, None if entered is None else entered[1:])
-                self.joined()
+                if self._joins_ring:
+                    self.joined()
                 continue
             entry = self._runners.get(message)
             if entry is not None:

@@ -26,7 +26,7 @@ from broker.store.entries import Entries, EventFormat
 from broker.store.job_write import entering, index_entry, write_keys
 from broker.store.line_state import read_virtual
 from broker.store.outage import is_outage
-from broker.store.scripts import Scripts, as_strings
+from broker.store.scripts import Scripts, as_strings, ring_work
 from projections.board import BoardState
 from projections.job import JobView, fold
 
@@ -129,8 +129,11 @@ class JobStore:
         if reply[0] == "FULL" and bound is not None:
             raise bounds.refused(bound, reply[1], view.scheduling.fairness_key)
         if reply[0] == "OK":
-            if self._cluster:  # the board's doorbell (a hint: the outboxes are polled anyway) is another slot there
-                await self._ring_board(event.job_id, board)
+            if self._cluster:  # the doorbells (hints: the line is looked at anyway) are other slots there
+                await self._ring_board(event.job_id, board)  # first: the created version goes out before the run
+                # `line J` reaches a replica through other nodes, out of creation order: the doorbells, read in
+                # order, ring the passes (broker/driver/supervisor.py)
+                await ring_work(self._redis, {"line": event.job_id})
             return Created(Snapshot(view, reply[1], board.state if board else None), created=True)
         existing = decode_view(reply[1]) or (await self.load(event.job_id) or await self._refold(event.job_id)).view
         return Created(Snapshot(existing, ""), created=False)
@@ -225,8 +228,9 @@ class JobStore:
         usage: Sequence[tuple[int, bytes]] = (),
     ) -> list[str]:
         """One append_events.lua over the job's partition (one slot; on a single Redis also the turns of a new
-        job's fairness key, `turn`); acknowledged after WAIT when asked. A create's only wake-up is the `line J`
-        message its write publishes (broker/store/signals.py): every replica hears it and looks at the line."""
+        job's fairness key, `turn`); acknowledged after WAIT when asked. On a single Redis a create's only wake-up
+        is the `line J` message its write publishes (broker/store/signals.py): every replica hears it, in creation
+        order, and looks at the line."""
         write: dict[str, object] = {
             "job": job_id,
             "expect": expected,

@@ -74,8 +74,8 @@ hbr:{u:H}:keys               hash    one hour's usage per fairness key (SPEC S4.
 hbr:{u:H}:top                zset    fairness key -> its Hermes ms in the hour          as `keys`
 hbr:{u:H}:seen               set     the facts counted in the hour (their markers), so  as `keys`
                                      a fact read again is counted once
-hbr:{work}                   stream  doorbells (hints): `job`, `line` (older      acked+deleted; after writes
-                                     brokers' creates); group drivers
+hbr:{work}                   stream  doorbells (hints): `job`; `line` (creates on a     acked+deleted; after writes
+                                     cluster, or of older brokers); group drivers
 hbr:{board}:bell             stream  cluster only: a board version was written (hint)  ~1000; after job writes
 hbr:format                   string  `packed`: replicas may write packed events         none; startup of a fresh
                                      (broker/codec.py); `full` or absent: they do not  or embedded store,
@@ -112,9 +112,10 @@ by Hermes time) is one script, and the top keys of a range read one ranking per 
 slot) leaves the fact in `hbr:{pN}:usage`; the sweeps count it in the hour's slot. The hour's slot takes that hour's
 counting, as `{adm}` takes every grant.
 
-The work stream is only a wake-up hint (a job to look at now; a create's write publishes `line J` instead, which
-every replica hears): the due schedules and lines are the durable memory, looked at periodically by every replica,
-so a lost doorbell or message costs a tick, never a job. The admission slots and the
+The work stream is only a wake-up hint, rung right after the job write on a cluster (another slot; on a single
+Redis the `line J` message the write publishes, heard by every replica in creation order, rings the passes instead):
+the due schedules and lines are the durable memory, looked at periodically by every replica, so a lost doorbell or
+message costs a tick, never a job. The admission slots and the
 limit stay one cluster-wide set in the `{adm}` slot (Hermes is one resource); the line is per partition.
 A fairness key's turns live in the partition of the key (`fairness_partition`), not of its jobs: a key's jobs
 spread over every partition, and their start tags must follow one sequence (FIFO within a key, S4.2). The scripts
