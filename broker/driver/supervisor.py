@@ -69,6 +69,9 @@ class Supervisor:
         self._line_bell = asyncio.Event()
         self._joining: asyncio.TimerHandle | None = None  #: the pass rung for jobs heard to join, on its way
         self._passed_at = -JOIN_LINGER_S  #: when the last admission pass began (the loop's clock, seconds)
+        #: while Hermes refuses, the next probe's time (epoch ms) as the last pass found it: a job that joins before
+        #: it cannot be granted (the pass then wakes at that time itself, and a slot that comes back rings it)
+        self._refusing_until = 0
         self._loops: list[asyncio.Task[None]] = []
         self._log = get_logger(type(self))
 
@@ -82,7 +85,7 @@ class Supervisor:
 
     def joined(self) -> None:
         """A job joined the line: look at it now, or JOIN_LINGER_S after the last pass began (a burst shares one)."""
-        if self._joining is not None:
+        if self._joining is not None or self._deps.clock.now_ms() < self._refusing_until:
             return
         loop = asyncio.get_running_loop()
         wait_s = self._passed_at + JOIN_LINGER_S - loop.time()
@@ -187,6 +190,7 @@ class Supervisor:
             self._passed_at = asyncio.get_running_loop().time()
             grants = await self._deps.gate.admit(self._deps.clock.now_ms(), free)
             wake_at = grants.wake_at_ms
+            self._refusing_until = (wake_at or 0) if not grants.grants else 0
             for grant in grants.grants:  # each came with its run lease (admission_claim.lua)
                 self._start(  # one routed nowhere (it waits for its busy upstream) goes back in line
                     grant.job_id,
