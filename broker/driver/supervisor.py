@@ -1,14 +1,16 @@
 """Claims work for this replica, runs one Runner per job under its lease, takes over, drains.
 
 Ownership is the run lease. The work stream is a doorbell, a hint only (read through the `drivers` group
-and acknowledged at once): `line` rings the admission pass, which grants slots to the heads of the
-partition lines in arrival order (SPEC S4.1); `job` names a job to look at now. The `line` doorbells of one
-stream come in creation order, so a pass they ring knows every older job; the `line J` messages every replica
-hears only make partitions known (on a cluster they reach a replica through other nodes, out of order). The
-partitioned due schedules and lines are the memory: the admission pass runs every ADMIT_TICK_S and the
-promote loop every second without a doorbell, so a lost doorbell only delays. A job whose owner died
-becomes due when its lease would have been renewed, is promoted (a `job` doorbell) and taken over; a job
-waiting in the line is due when its hold expires.
+and acknowledged at once): `line` rings the admission pass, which grants slots to the heads of the partition
+lines in arrival order (SPEC S4.1); `job` names a job to look at now. A create's write publishes `line J`, which
+every replica hears: it makes J's partition known. On a single Redis the messages come in creation order, so
+the message itself rings the pass (at once, unless a pass began less than JOIN_LINGER_S ago: then that long after
+it began, so the creates of a burst share one pass) and a create rings no doorbell; on a cluster they reach a
+replica through other nodes, out of order, so there the create's `line` doorbell, read in creation order, rings
+it (brokers before this version ring one on a single Redis too). The partitioned due schedules and lines are the
+memory: the admission pass runs every ADMIT_TICK_S and the promote loop every second without a doorbell, so a
+lost doorbell or message only delays. A job whose owner died becomes due when its lease would have been renewed,
+is promoted (a `job` doorbell) and taken over; a job waiting in the line is due when its hold expires.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from broker.errors import JobNotFound, LeaseLost, NotReplicated
 from broker.ids import new_replica_id
 from broker.logging import get_logger
 from broker.store import keys, signals, work
+from broker.store.connection import is_cluster
 from broker.store.grants import Grant
 from broker.store.leases import Leases, new_token
 from broker.store.outage import REDIS_FAILURES, is_outage, log_failure
@@ -41,6 +44,10 @@ ADMIT_TICK_S = 2.0
 #: The latest a job held by its key's quota (SPEC S4.4) is looked at by its schedule: a backstop, the quota's wake
 #: returns it to the line.
 HELD_RECHECK_MS = 600_000
+#: Jobs that joined the line ring at most one pass per this long: a burst of creates costs a pass per
+#: JOIN_LINGER_S, not one each (a pass at Hermes's limit still costs a round trip), and a job waits at most this for
+#: its pass (a lone create none).
+JOIN_LINGER_S = 0.01
 
 
 class Supervisor:
@@ -60,7 +67,15 @@ class Supervisor:
             else None
         )
         self._freed = asyncio.Event()
+        #: whether `line J` messages ring the pass: on a single Redis they come in creation order; on a cluster
+        #: they come through other nodes, out of order, and the creates' `line` doorbells ring it instead
+        self._joins_ring = not is_cluster(redis)
         self._line_bell = asyncio.Event()
+        self._joining: asyncio.TimerHandle | None = None  #: the pass rung for jobs heard to join, on its way
+        self._passed_at = -JOIN_LINGER_S  #: when the last admission pass began (the loop's clock, seconds)
+        #: while Hermes refuses, the next probe's time (epoch ms) as the last pass found it: a job that joins before
+        #: it cannot be granted (the pass then wakes at that time itself, and a slot that comes back rings it)
+        self._refusing_until = 0
         self._loops: list[asyncio.Task[None]] = []
         self._log = get_logger(type(self))
 
@@ -72,6 +87,21 @@ class Supervisor:
         """Look at the admission line now (a slot came back, the limit grew, a job joined)."""
         self._line_bell.set()
 
+    def joined(self) -> None:
+        """A job joined the line: look at it now, or JOIN_LINGER_S after the last pass began (a burst shares one)."""
+        if self._joining is not None or self._deps.clock.now_ms() < self._refusing_until:
+            return
+        loop = asyncio.get_running_loop()
+        wait_s = self._passed_at + JOIN_LINGER_S - loop.time()
+        if wait_s <= 0:
+            self.ring()
+        else:
+            self._joining = loop.call_later(wait_s, self._rang_for_joins)
+
+    def _rang_for_joins(self) -> None:
+        self._joining = None
+        self.ring()
+
     def start(self) -> None:
         loops = [self._claim_loop, self._admit_loop, self._promote_loop, self._renew_loop, self._nudge_loop]
         if self._prober is not None:
@@ -82,6 +112,9 @@ class Supervisor:
     async def drain(self) -> int:
         """Stop taking work and hand every driven job back for immediate takeover; Hermes runs go on."""
         await cancel_all(self._loops)
+        if self._joining is not None:
+            self._joining.cancel()
+            self._joining = None
         owned = [(runner, task) for runner, task in self._runners.values()]
         await cancel_all(task for _, task in owned)
         now = self._deps.clock.now_ms()
@@ -158,9 +191,11 @@ class Supervisor:
             free = self._concurrency - len(self._runners)
             if free <= 0:
                 continue  # a runner that ends rings the bell
+            self._passed_at = asyncio.get_running_loop().time()
             now = self._deps.clock.now_ms()
             grants = await self._deps.gate.admit(now, free)
             wake_at = grants.wake_at_ms
+            self._refusing_until = (wake_at or 0) if not grants.grants else 0
             if grants.more:
                 self.ring()  # slots went unused (jobs held by their quotas): the next jobs in line may take them
             for grant in grants.grants:  # each came with its run lease (admission_claim.lua)
@@ -319,9 +354,11 @@ class Supervisor:
         # A job that joined the line while this replica was not listening is seen by the pass this rings.
         async for message in signals.nudges(self._redis, subscribed=self.ring):
             job_id = signals.joined(message)
-            if job_id is not None:  # known here before a doorbell or a slot moves the line
+            if job_id is not None:  # a create (or a job put back in line): every replica's pass looks at it
                 entered = signals.newcomer(message)
                 self._deps.gate.heard(job_id, None if entered is None else entered[1:])
+                if self._joins_ring:
+                    self.joined()
                 continue
             entry = self._runners.get(message)
             if entry is not None:

@@ -10,7 +10,7 @@ import asyncio
 
 from redis.asyncio import Redis
 
-from broker.jobs.room import HYSTERESIS, NOTHING, past_mark
+from broker.jobs.room import HYSTERESIS, NOTHING, cost, headroom, past_mark
 from broker.logging import get_logger
 from broker.store.memory import NodeMemory, node_memory
 from broker.store.outage import log_failure
@@ -33,6 +33,7 @@ class MemoryWatch:
         self._failing = False
         self._readings: list[NodeMemory] = []
         self._since = NOTHING
+        self._headroom: float | None = None  #: what creates may add before a node of the reading passes its mark
         self.full: NodeMemory | None = None  #: the node past its mark; None: creates are taken
         self._log = get_logger(MemoryWatch)
 
@@ -59,7 +60,12 @@ class MemoryWatch:
         """Whether a new job of this execution body still leaves every node below its mark; counted if so."""
         if self.full is not None:
             return False
+        if self._headroom is None:  # no node has a mark (no maxmemory): Redis never refuses a write for memory
+            return True
         since = self._since.plus(body_bytes)
+        if cost(since) < self._headroom - 1:  # clearly below every mark (worked out once per reading)
+            self._since = since
+            return True
         full = past_mark(self._readings, self._high, since)
         if full is not None:
             self._refusing(full)
@@ -71,6 +77,7 @@ class MemoryWatch:
         """One reading of every node; the verdict is kept for creates and its changes logged."""
         self._readings = await node_memory(self._redis)
         self._since = NOTHING
+        self._headroom = headroom(self._readings, self._high)
         # while refusing, room is found only clearly below the mark (HYSTERESIS)
         full = past_mark(self._readings, self._high * (HYSTERESIS if self.full is not None else 1.0))
         if full is not None:

@@ -50,3 +50,15 @@ def past_mark(readings: Iterable[NodeMemory], high: float, since: Since = NOTHIN
     A node without a maxmemory (0) has no mark: Redis then never refuses a write for memory."""
     over = [node for node in readings if node.maxmemory > 0 and need(node, since) > high * node.maxmemory]
     return max(over, key=lambda node: need(node, since) / node.maxmemory, default=None)
+
+
+def headroom(readings: Iterable[NodeMemory], high: float) -> float | None:
+    """What a replica may still add after the reading (bytes, with RESERVE_BYTES per job) before a node passes its
+    mark: the least over the nodes with a mark; None when no node has one (nothing is ever refused)."""
+    rooms = [high * node.maxmemory - need(node, NOTHING) for node in readings if node.maxmemory > 0]
+    return min(rooms, default=None)
+
+
+def cost(since: Since) -> int:
+    """What `since` adds to every node's need (`need` is the reading's need plus this)."""
+    return since.bytes + since.jobs * RESERVE_BYTES

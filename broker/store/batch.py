@@ -8,6 +8,10 @@ at the start of the next turn (a task of its own), so no call waits for a timer 
 The calls of a batch keep their order; each gets its own reply or error (a script's error fails only its
 call). Only on a single Redis without WAIT: a cluster pipeline splits by node anyway, and a WAIT belongs to the
 write it follows.
+
+A batch (or a lone call) is one write of the EVALSHAs packed together and a read of their replies on one pooled
+connection: redis-py's pipeline (a command stack, its packing, a callback lookup and an error check per reply)
+and its script call (a command dict, an options dict and a retry wrapper per call) cost more than the write.
 """
 
 from __future__ import annotations
@@ -17,9 +21,11 @@ from collections.abc import Sequence
 
 from attrs import define
 from redis.asyncio import Redis
+from redis.asyncio.connection import AbstractConnection
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
+from broker.store.connection import is_cluster
 from broker.store.scripts import Args
 
 
@@ -36,6 +42,7 @@ class ScriptBatch:
 
     def __init__(self, redis: Redis) -> None:
         self._redis = redis
+        self._cluster = is_cluster(redis)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: list[_Call] = []
         self._sending: set[asyncio.Task[None]] = set()  #: strong references to the batches on their way
@@ -49,9 +56,12 @@ class ScriptBatch:
         if not self._pending and not self._sending and not self._alone:  # nothing on its way: go at once, alone
             self._alone += 1
             try:
-                return await script(keys=keys, args=args)
+                (alone,) = await self._replies([(script, keys, args)])
             finally:
                 self._alone -= 1
+            if isinstance(alone, BaseException):
+                raise alone
+            return alone
         reply: asyncio.Future[object] = loop.create_future()
         self._pending.append(_Call(script, keys, args, reply))
         if len(self._pending) == 1:  # the turn's first call: its batch leaves at the next turn
@@ -63,11 +73,9 @@ class ScriptBatch:
     async def _send(self) -> None:
         calls, self._pending = self._pending, []
         try:
-            if len(calls) == 1:
-                call = calls[0]
-                _settle(call, await call.script(keys=call.keys, args=call.args))
-            else:
-                await self._pipelined(calls)
+            replies = await self._replies([(call.script, call.keys, call.args) for call in calls])
+            for call, reply in zip(calls, replies, strict=True):
+                _settle(call, reply)
         except asyncio.CancelledError:
             for call in calls:
                 call.reply.cancel()
@@ -76,26 +84,59 @@ class ScriptBatch:
             for call in calls:
                 _settle(call, error)
 
-    async def _pipelined(self, calls: list[_Call]) -> None:
-        todo = calls
-        for _ in range(2):
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for call in todo:
-                    pipe.execute_command("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args)
-                replies = await pipe.execute(raise_on_error=False)
-            missing = []
-            for call, reply in zip(todo, replies, strict=True):
-                if isinstance(reply, NoScriptError):  # a restarted Redis: load it and send those calls again
-                    missing.append(call)
-                else:
-                    _settle(call, reply)
-            if not missing:
-                return
-            for script in {id(call.script): call.script for call in missing}.values():
+    async def _replies(self, calls: Sequence[tuple[AsyncScript, Sequence[str], Args]]) -> list[object]:
+        """Each call's reply or error, in order; a Redis that forgot a script has it loaded and the calls that
+        needed it sent again (once)."""
+        replies: list[object] = await self._pipelined([(script.sha, keys, args) for script, keys, args in calls])
+        missing = [index for index, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if missing:  # a restarted Redis: load the scripts and send those calls again
+            for script in {id(calls[index][0]): calls[index][0] for index in missing}.values():
                 await self._redis.script_load(script.script)
-            todo = missing
-        for call in todo:
-            _settle(call, NoScriptError("the script could not be loaded"))
+            again = await self._pipelined([(calls[index][0].sha, *calls[index][1:]) for index in missing])
+            for index, reply in zip(missing, again, strict=True):
+                replies[index] = (
+                    NoScriptError("the script could not be loaded") if isinstance(reply, NoScriptError) else reply
+                )
+        return replies
+
+    async def _pipelined(self, calls: Sequence[tuple[str, Sequence[str], Args]]) -> list[object]:
+        """EVALSHA each (sha, keys, args) in one write on one connection; a script's error is its reply."""
+        if self._cluster:  # not the broker's use (a cluster pipeline splits by node): one call after another
+            return [await self._one(*call) for call in calls]
+        pool = self._redis.connection_pool
+        connection: AbstractConnection = await pool.get_connection()  # type: ignore[no-untyped-call]  # redis-py
+        try:
+            packed = [
+                part
+                for sha, keys, args in calls
+                for part in connection.pack_command("EVALSHA", sha, len(keys), *keys, *args)
+            ]
+            # retried through a brief disconnect (a Redis restart), as redis-py's own calls are (connect())
+            return await connection.retry.call_with_retry(
+                lambda: _exchange(connection, packed, len(calls)), lambda _: connection.disconnect()
+            )
+        except BaseException:
+            await connection.disconnect()  # replies may be left unread on it (a cancel, a lost connection)
+            raise
+        finally:
+            await pool.release(connection)
+
+    async def _one(self, sha: str, keys: Sequence[str], args: Args) -> object:
+        try:
+            return await self._redis.evalsha(sha, len(keys), *keys, *args)
+        except ResponseError as error:
+            return error
+
+
+async def _exchange(connection: AbstractConnection, packed: list[bytes], count: int) -> list[object]:
+    await connection.send_packed_command(packed, check_health=False)
+    replies: list[object] = []
+    for _ in range(count):
+        try:
+            replies.append(await connection.read_response())
+        except ResponseError as error:  # an error reply is its own call's reply only
+            replies.append(error)
+    return replies
 
 
 def _settle(call: _Call, reply: object) -> None:

@@ -99,7 +99,7 @@ class JobStore:
         bound: Bound | None = None,
         held: bounds.Counted = (0, 0),
     ) -> Created:
-        """Store `event` and its view, put the job in the admission line and ring the work stream for it,
+        """Store `event` and its view, put the job in the admission line and tell every replica (`line J`),
         unless the job id exists already. Its place in the line is its start tag in its fairness key's turn
         (SPEC S4.2): on a cluster taken first, in the key's partition (a replayed create takes a turn it does not
         use); on a single Redis inside the job write. Raise QueueFull, storing nothing, when the job would pass a
@@ -125,7 +125,6 @@ class JobStore:
             [event],
             view,
             expected="$new",
-            ring="line",
             due_at=event.at_ms + self._hold_ms,
             board=board,
             place=place,
@@ -138,6 +137,8 @@ class JobStore:
         if reply[0] == "OK":
             if self._cluster:  # the doorbells (hints: the line is looked at anyway) are other slots there
                 await self._ring_board(event.job_id, board)  # first: the created version goes out before the run
+                # `line J` reaches a replica through other nodes, out of creation order: the doorbells, read in
+                # order, ring the passes (broker/driver/supervisor.py)
                 await ring_work(self._redis, {"line": event.job_id})
             return Created(Snapshot(view, reply[1], board.state if board else None), created=True)
         existing = decode_view(reply[1]) or (await self.load(event.job_id) or await self._refold(event.job_id)).view
@@ -221,7 +222,6 @@ class JobStore:
         *,
         expected: str,
         token: str | None = None,
-        ring: str | None = None,
         due_at: int | None = None,
         board: BoardWrite | None = None,
         before: JobView | None = None,
@@ -233,8 +233,10 @@ class JobStore:
         bound: tuple[Bound, bounds.Counted] | None = None,
         usage: Sequence[tuple[int, bytes]] = (),
     ) -> list[str]:
-        """One append_events.lua over the job's partition (one slot; on a single Redis also the work stream,
-        when `ring`, and the turns of a new job's fairness key, `turn`); acknowledged after WAIT when asked."""
+        """One append_events.lua over the job's partition (one slot; on a single Redis also the turns of a new
+        job's fairness key, `turn`); acknowledged after WAIT when asked. On a single Redis a create's only wake-up
+        is the `line J` message its write publishes (broker/store/signals.py): every replica hears it, in creation
+        order, and looks at the line."""
         write: dict[str, object] = {
             "job": job_id,
             "expect": expected,
@@ -247,8 +249,6 @@ class JobStore:
             write["index"] = index
         if due_at is not None:
             write["due"] = str(due_at)
-        if ring is not None and not self._cluster:
-            write["ring"] = ring
         if expected == "$new":
             write.update(entering(job_id, view, place, turn, newcomer=newcomer))
         elif view.status.terminal:
@@ -296,7 +296,7 @@ class JobStore:
         with owed callbacks, the job's callback hash and its partition's schedule (SPEC S5.8); with a create's
         `bound`, the partitions' counts it checks (SPEC S4.4); with usage facts, the partition's zset of them
         (SPEC S4.5)."""
-        script_keys = [*write_keys(job_id), *([] if self._cluster else [keys.WORK]), *([turn[0]] if turn else [])]
+        script_keys = [*write_keys(job_id), *([turn[0]] if turn else [])]
         if "line" in write:
             script_keys.append(keys.fair_top(keys.partition_of(job_id)))
             write["top"] = str(len(script_keys))

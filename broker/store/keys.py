@@ -74,7 +74,8 @@ hbr:{u:H}:keys               hash    one hour's usage per fairness key (SPEC S4.
 hbr:{u:H}:top                zset    fairness key -> its Hermes ms in the hour          as `keys`
 hbr:{u:H}:seen               set     the facts counted in the hour (their markers), so  as `keys`
                                      a fact read again is counted once
-hbr:{work}                   stream  doorbells (hints): `line` / `job`; group drivers   acked+deleted; after writes
+hbr:{work}                   stream  doorbells (hints): `job`; `line` (creates on a     acked+deleted; after writes
+                                     cluster, or of older brokers); group drivers
 hbr:{board}:bell             stream  cluster only: a board version was written (hint)  ~1000; after job writes
 hbr:format                   string  `packed`: replicas may write packed events         none; startup of a fresh
                                      (broker/codec.py); `full` or absent: they do not  or embedded store,
@@ -128,9 +129,10 @@ Quotas (SPEC S4.4) are one slot, `{quota}`, for every fairness key: a key's live
 upstreams, so taking them is one script per pass whatever keys it grants, and a key at its limit keeps its waiting
 jobs there (out of the 64 lines, so passes do not read past them) until it has room again.
 
-The work stream is only a wake-up hint, written by the job write itself on a single Redis (no slots there)
-and right after it on a cluster: the due schedules and lines are the durable memory, looked at
-periodically by every replica, so a lost doorbell costs a tick, never a job. The admission slots and the
+The work stream is only a wake-up hint, rung right after the job write on a cluster (another slot; on a single
+Redis the `line J` message the write publishes, heard by every replica in creation order, rings the passes instead):
+the due schedules and lines are the durable memory, looked at periodically by every replica, so a lost doorbell or
+message costs a tick, never a job. The admission slots and the
 limit stay one cluster-wide set in the `{adm}` slot (Hermes is one resource); the line is per partition.
 A fairness key's turns live in the partition of the key (`fairness_partition`), not of its jobs: a key's jobs
 spread over every partition, and their start tags must follow one sequence (FIFO within a key, S4.2). The scripts

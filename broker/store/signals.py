@@ -12,6 +12,7 @@ re-reads its stream on its own."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator, Callable
 from typing import cast
 
@@ -22,6 +23,7 @@ from broker.store.connection import is_cluster
 
 JOINED = "line "  #: the prefix of a message naming a job that joined the admission line
 NEWCOMER = "new "  #: the prefix of a message naming a job that joined it at the virtual time
+_MESSAGE = ("message", b"message")  #: the kind of a published message's reply (the others: subscribe, pong)
 
 
 async def nudge(redis: Redis, job_id: str) -> None:
@@ -78,9 +80,14 @@ async def nudges(redis: Redis, subscribed: Callable[[], None] = lambda: None) ->
     try:
         await pubsub.subscribe(keys.SIGNALS)
         subscribed()
-        async for message in pubsub.listen():
-            if message.get("type") == "message":
-                data = message["data"]
+        connection = pubsub.connection
+        assert connection is not None  # subscribe() took it
+        while True:
+            # Read the connection itself: redis-py's listen() takes a health check and a message dict per message,
+            # and every create publishes one (TCP keepalive notices a Redis that vanished, as for commands)
+            reply = await connection.read_response(timeout=math.inf, push_request=True)  # as listen() reads
+            if isinstance(reply, list) and len(reply) == 3 and reply[0] in _MESSAGE:
+                data = reply[2]
                 yield data.decode() if isinstance(data, bytes) else str(data)
     finally:
         await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it untyped

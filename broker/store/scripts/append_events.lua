@@ -9,9 +9,7 @@
 -- KEYS[14..13+w.statuses] partition listing index of each job status
 --   (one slot: every key above carries the job's partition tag {pN})
 -- KEYS[14+w.statuses] partition delta schedule zset (finished job -> when its deltas are removed)
--- KEYS[15+w.statuses] work stream: only on a single Redis (with `ring`), where the doorbell costs no round
---   trip of its own; on a cluster it is another slot, and the caller rings it after the script
--- KEYS[16+w.statuses] the turns zset of the job's fairness key and priority: only on a single Redis, with `turn`
+-- KEYS[15+w.statuses] the turns zset of the job's fairness key and priority: only on a single Redis, with `turn`
 -- KEYS[w.top] partition fair top zset (fairness key -> its count in KEYS[12]): with `top`, in a write that enters
 --   or leaves the line
 -- KEYS[bound.key.first..last] partition fair hashes, KEYS[bound.all.first..last] partition lines: with `bound`
@@ -30,7 +28,6 @@
 --   compact    present: the stream gets no more appends for a while (a create, a terminal write): copy it
 --              and rename the copy over it, which frees the room Redis reserves at the end of a stream's
 --              last node (about 4 KB) and keeps the ids, the last id and the TTL
---   ring       present (with the work stream key): ring it with this doorbell field ('line')
 --   due        present: the job's next wake-up in the due schedule (epoch ms)
 --   line       'enter': the job joins the admission line at `place` (arrival order);
 --              'leave': it leaves the line (it is terminal)
@@ -39,14 +36,16 @@
 --              turn here, with fair_turn.lua's numbers (on a cluster that script runs before, in the key's
 --              partition, and gives `place`); its place is `band` + its start tag. A replay takes none
 --   arrived    with 'enter': the job's created ms, kept in KEYS[13] until it ends (a pass orders jobs of one
---              score by it, admission_ties.lua); entries older than the retention are trimmed
+--              score by it, admission_ties.lua); entries older than the retention are trimmed by the creates of
+--              ids ending in 0 (one in 16: a job's end takes its entry out; only strays are ever that old)
 --   fair       with 'enter', present: {key, weight}, the job's fairness key and weight: the job is counted among
 --              the key's waiting jobs in KEYS[12] while it waits in a priority band (a score >= 2^51, SPEC S4.2);
 --              a terminal write that takes it off the line uncounts it (the key is in the view JSON, ARGV[2])
 --   top        present: the index in KEYS of the partition's fair top zset, where each count of KEYS[12] is
 --              mirrored (the keys with most waiting jobs, SPEC S4.2)
---   joined     with 'enter': {channel, message, newcomer}: `message` is published so every replica's next
---              admission pass reads the job's partition (broker/store/signals.py; PUBLISH names no key);
+--   joined     with 'enter': {channel, message, newcomer}: `message` is published so every replica's admission
+--              pass reads the job's partition, at once (broker/store/signals.py; PUBLISH names no key; the
+--              create's only wake-up: no doorbell in the work stream);
 --              `newcomer` (with `turn`) instead when the job starts at V, its key having no turn ahead of it
 --   deltas     present (with `expire`): when the job's message deltas are removed (epoch ms, S3.6)
 --   release    present (with `expire` and a `token`): the job ends in its driver's write: its run lease
@@ -142,7 +141,7 @@ if w.line == 'enter' then
   local t = w.turn
   local at_v = false
   if t then
-    local turns, v, most = KEYS[last_status + 3], tonumber(t.v), tonumber(t.most)
+    local turns, v, most = KEYS[last_status + 2], tonumber(t.v), tonumber(t.most)
     local s = math.min(math.max(tonumber(redis.call('ZSCORE', turns, t.key) or '0'), v), most)
     at_v = s == v
     redis.call('ZREMRANGEBYSCORE', turns, '-inf', string.format('%.0f', v))
@@ -152,7 +151,9 @@ if w.line == 'enter' then
   redis.call('ZADD', KEYS[9], place, w.job)
   if w.arrived then
     redis.call('ZADD', KEYS[13], w.arrived, w.job)
-    redis.call('ZREMRANGEBYSCORE', KEYS[13], '-inf', '(' .. (tonumber(w.arrived) - tonumber(w.retention)))
+    if string.sub(w.job, -1) == '0' then  -- one create in 16 trims (a job's end takes its own entry out)
+      redis.call('ZREMRANGEBYSCORE', KEYS[13], '-inf', '(' .. (tonumber(w.arrived) - tonumber(w.retention)))
+    end
   end
   if w.fair and tonumber(place) >= 2 ^ 51 then
     counted(w.fair.key, 1, w.fair.weight)
@@ -198,9 +199,6 @@ if w.deltas then
 end
 if w.usage then
   redis.call('ZADD', KEYS[tonumber(w.usage.key)], unpack(w.usage.items))
-end
-if w.ring and KEYS[last_status + 2] then
-  redis.call('XADD', KEYS[last_status + 2], 'MAXLEN', '~', 100000, '*', w.ring, w.job)
 end
 
 local x = w.index

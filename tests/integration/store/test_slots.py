@@ -5,7 +5,7 @@ The node owns every slot and the store runs through the broker's cluster client 
 the only thing that can fail is the slot rule itself (the node answers CROSSSLOT). Static checks add that
 the keys of a job write and of the admission scripts map to one slot each, that every script's header
 names its keys and their slot, and that every script of the store is exercised here. (On a single Redis
-the job write also rings the work stream in the same script: no slots there.)
+the job write also takes its fairness key's turn in the same script: no slots there.)
 """
 
 from __future__ import annotations

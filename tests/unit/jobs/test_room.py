@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.jobs.room import JOB_BYTES, NOTHING, RESERVE_BYTES, Since, need, past_mark
+from broker.jobs.room import JOB_BYTES, NOTHING, RESERVE_BYTES, Since, cost, headroom, need, past_mark
 from broker.store.memory import NodeMemory
 
 MB = 1024 * 1024
@@ -61,3 +61,18 @@ def test_a_node_past_its_mark_is_one_with_a_maxmemory_past_it(readings: list[Nod
     assert full is None or (full in readings and full.maxmemory > 0 and need(full, NOTHING) > high * full.maxmemory)
     if full is None:
         assert all(not node.maxmemory or need(node, NOTHING) <= high * node.maxmemory for node in readings)
+
+
+@given(st.lists(nodes, max_size=3), st.integers(0, 20_000), st.integers(0, 10 * MB), shares)
+def test_below_the_headroom_no_node_is_past_its_mark(
+    readings: list[NodeMemory], jobs: int, added: int, high: float
+) -> None:
+    # the creates' fast check (MemoryWatch.admit) admits only what past_mark admits, and sees every node with a mark
+    since = Since(bytes=added + jobs * JOB_BYTES, jobs=jobs)
+    room = headroom(readings, high)
+    if room is None:
+        assert all(node.maxmemory == 0 for node in readings) and past_mark(readings, high, since) is None
+    elif cost(since) < room - 1:
+        assert past_mark(readings, high, since) is None
+    elif cost(since) > room + 1:
+        assert past_mark(readings, high, since) is not None
