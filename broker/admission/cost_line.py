@@ -74,7 +74,7 @@ class CostLine:
     rounds: int = ROUNDS
     lease_ms: int = 30_000
     crashes: Callable[[str], bool] = _never  #: the pass granting this job dies before its key's step
-    retag: bool = True  #: a settle that corrects F moves the key's front in the line (fair_settle.lua's reply)
+    retag: bool = False  #: a settle that corrects F also moves its key's front in the line (the store need not)
     now: int = 0
     lines: dict[int, dict[str, float]] = field(factory=dict)  #: partition -> job -> score (fronts, resubmits)
     parked: dict[int, dict[str, float]] = field(factory=dict)  #: partition -> job -> band + projection
