@@ -190,7 +190,8 @@ async def test_held_jobs_count_as_waiting_for_their_keys_quota_and_show_in_ready
     # Given key a with one live run at a time and 3 jobs waiting at most, its first run live and 3 more held
     quotas = Quotas(keys=(("a", Quota(live=1, waiting=3)),))
     replica = await make_replica(hermes_max_concurrent=4, admission_quotas=quotas)
-    await submit(replica, "a 0 sleep:3", key="a")
+    first = await submit(replica, "a 0 sleep:3", key="a")
+    await eventually(lambda: _running(replica, first))  # out of the line: the next three are all that wait
     for i in range(1, 4):
         await submit(replica, f"a {i}", key="a")
     await eventually(lambda: _held(redis, "a", 3))
@@ -213,7 +214,8 @@ async def test_held_jobs_count_towards_the_lines_bound(make_replica: ClientFacto
     # Given key a with one live run at a time, the line bounded at 3, a's first run live and 3 more held
     quotas = Quotas(keys=(("a", Quota(live=1)),))
     replica = await make_replica(hermes_max_concurrent=4, admission_quotas=quotas, admission_max_waiting=3)
-    await submit(replica, "a 0 sleep:3", key="a")
+    first = await submit(replica, "a 0 sleep:3", key="a")
+    await eventually(lambda: _running(replica, first))  # out of the line: the next three are all that wait
     for i in range(1, 4):
         await submit(replica, f"a {i}", key="a")
     await eventually(lambda: _held(redis, "a", 3))
@@ -222,6 +224,10 @@ async def test_held_jobs_count_towards_the_lines_bound(make_replica: ClientFacto
     # Then it is refused: the held jobs wait too
     body = await answer.json()
     assert answer.status == 429 and "ADMISSION_MAX_WAITING" in body["error"]["message"]
+
+
+async def _running(client: Client, job_id: str) -> bool:
+    return (await job(client, job_id))["status"] == "running"
 
 
 async def _held(redis: Redis, key: str, count: int) -> bool:
