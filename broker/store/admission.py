@@ -351,13 +351,9 @@ class AdmissionStore:
                 int(cast(int, reply)) for reply in await run_many(self._redis, self._scripts.admission_enter, calls)
             ]
             entered = [job_id for (job_id, _, _), reply in zip(back, replies, strict=True) if reply == 1]
-            for job_id in entered:
-                self.heard(job_id)
-            if entered:  # the other replicas' passes read their lines again (as for a create)
-                async with self._redis.pipeline(transaction=False) as pipe:
-                    for job_id in entered:
-                        pipe.publish(keys.SIGNALS, signals.joined_message(job_id))
-                    await pipe.execute()
+            for job_id in entered:  # every replica's pass reads its line again (as for a create), one message
+                self.heard(job_id)  # at a time: a cluster client pipelines no PUBLISH
+                await self._redis.publish(keys.SIGNALS, signals.joined_message(job_id))
             gone = [(job_id, key) for (job_id, key, _), reply in zip(back, replies, strict=True) if reply == -1]
             if not gone:
                 return

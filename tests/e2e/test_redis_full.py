@@ -59,6 +59,19 @@ def _create(broker: BrokerProcess) -> tuple[int, Any, dict[str, str]]:
     return broker.exchange("POST", "/v1/runs", BODY, timeout=30)
 
 
+def _ended(broker: BrokerProcess, accepted: list[str], timeout: float) -> collections.Counter[str]:
+    """How the accepted jobs ended, once every one did (within `timeout` s)."""
+    pending = accepted
+
+    def all_ended() -> bool:
+        nonlocal pending
+        pending = _unfinished(broker, pending)
+        return not pending
+
+    until(all_ended, timeout, "every accepted job ended")
+    return collections.Counter(broker.request("GET", f"/v1/runs/{job_id}")[1]["status"] for job_id in accepted)
+
+
 def _unfinished(broker: BrokerProcess, job_ids: list[str]) -> list[str]:
     return [job_id for job_id in job_ids if broker.request("GET", f"/v1/runs/{job_id}")[1]["status"] not in TERMINAL]
 
@@ -80,16 +93,7 @@ def test_a_flood_into_a_small_redis_ends_in_202s_and_503s_and_every_accepted_job
     assert all(body["error"]["code"] == "unavailable" and int(headers["Retry-After"]) >= 1 for body, headers in refused)
     # And every accepted job reaches its end, completed
     accepted = [body["run_id"] for status, body, _ in answers if status == 202]
-    pending = accepted
-
-    def all_ended() -> bool:
-        nonlocal pending
-        pending = _unfinished(broker, pending)
-        return not pending
-
-    until(all_ended, 180, "every accepted job ended")
-    finished = collections.Counter(broker.request("GET", f"/v1/runs/{job_id}")[1]["status"] for job_id in accepted)
-    assert finished == {"completed": len(accepted)}
+    assert _ended(broker, accepted, 180) == {"completed": len(accepted)}
     # And Redis never had to refuse a write: the broker stopped taking jobs first
     assert _refused_writes(masters) == refused_before
     errors = [line for line in broker.log_path.read_text().splitlines() if '"level":"ERROR"' in line]
@@ -131,16 +135,7 @@ def test_quotas_under_a_flood_into_a_small_redis_refuse_with_429_or_503_and_ever
     )
     # And every accepted job reaches its end, completed, and no key's live runs or held jobs are left counted
     accepted = [body["run_id"] for status, body, _ in answers if status == 202]
-    pending = accepted
-
-    def all_ended() -> bool:
-        nonlocal pending
-        pending = _unfinished(broker, pending)
-        return not pending
-
-    until(all_ended, 240, "every accepted job ended")
-    finished = collections.Counter(broker.request("GET", f"/v1/runs/{job_id}")[1]["status"] for job_id in accepted)
-    assert finished == {"completed": len(accepted)}
+    assert _ended(broker, accepted, 240) == {"completed": len(accepted)}
 
     def quotas_empty() -> bool:
         shown = broker.request("GET", "/readyz")[1]["admission"]["quotas"]

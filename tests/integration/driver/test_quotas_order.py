@@ -19,6 +19,7 @@ from tests.integration.conftest import ClientFactory
 from tests.integration.driver.conftest import eventually, job, settled
 from tests.integration.driver.test_admission import create_keys
 from tests.integration.driver.test_fairness import submit
+from tests.integration.driver.test_quotas_faults import BUDGET_A, share_while_a_returns
 
 Client = TestClient[Any, Any]
 BAND = 2**52  # a place in a priority band (>= 2^51), as the tests of broker/store/quota.py use
@@ -152,41 +153,19 @@ async def test_a_replica_that_just_started_returns_a_keys_held_backlog_at_the_li
     nothing), whichever replica sends its held jobs back, also one that just started: a backlogged key keeps its share
     of the grants meanwhile."""
     from broker.http.appkeys import admission_key
-    from broker.store.usage import hour_of
 
-    quotas = Quotas(keys=(("a", Quota(tokens=1_000, window="1h")),))
-    first = await make_replica(hermes_max_concurrent=2, admission_quotas=quotas)
+    first = await make_replica(hermes_max_concurrent=2, admission_quotas=BUDGET_A)
     quota = first.app[admission_key].quota
     assert quota is not None
 
     async def no_wake(now_ms: int, **options: Any) -> list[tuple[str, str, str]]:
         return []
 
-    quota.wake = no_wake  # this replica never sends a's jobs back: the one that starts below does
-    now = int(time.time() * 1000)
-    hour = str(hour_of(now))
-    await redis.hincrby(keys.quota_tokens("a"), hour, 5_000)
-    # Given a's 12 jobs held by its budget while b's backlog of 40 runs, two at a time
-    a = [await submit(first, f"a {i} sleep:0.2", key="a") for i in range(12)]
-    await eventually(lambda: _held(redis, "a", 12))
-    b = [await submit(first, f"b {i} sleep:0.2", key="b") for i in range(40)]
-    await eventually(lambda: _count_started(sim, b, 16), timeout=30)
-    # When a's window allows runs again (its hour's use gone, the key due) and a replica starts
-    await redis.hdel(keys.quota_tokens("a"), hour)
-    await redis.zadd(keys.QUOTA_HELD_KEYS, {"a": 0})
-    mark = len(create_keys(sim))
-    await make_replica(hermes_max_concurrent=2, admission_quotas=quotas)
-    await eventually(lambda: _count_started(sim, a, 12), timeout=30)
-    # Then b keeps about its share (1/2) of the grants a's backlog gets: not none
-    after = create_keys(sim)[mark:]
-    first_dozen_of_a = after[: after.index(a[-1]) + 1]
-    b_share = sum(1 for job_id in first_dozen_of_a if job_id in b) / len(first_dozen_of_a)
-    assert b_share >= 0.3, f"b got {b_share:.0%} of the grants while a's held backlog returned: {len(first_dozen_of_a)}"
-
-
-async def _count_started(sim: Simulator, job_ids: list[str], count: int) -> bool:
-    mine = set(job_ids)
-    return sum(1 for job_id in create_keys(sim) if job_id in mine) >= count
+    quota.wake = no_wake  # this replica never sends a's jobs back: a new one does
+    b_share = await share_while_a_returns(
+        first, sim, redis, then=lambda: make_replica(hermes_max_concurrent=2, admission_quotas=BUDGET_A)
+    )
+    assert b_share >= 0.3, f"b got {b_share:.0%} of the grants while a's held backlog returned"
 
 
 @BOTH_BACKENDS
