@@ -57,8 +57,7 @@ class Taken:
 
 class QuotaStore:
     def __init__(self, redis: Redis, quotas: Quotas, usage: UsageStore | None = None) -> None:
-        self.redis = redis
-        self._redis = redis
+        self.redis = redis  #: quota_view.py reads through it
         self.quotas = quotas
         self._usage = usage
         self.budgets = Budgets(redis, quotas)
@@ -112,7 +111,7 @@ class QuotaStore:
         if not self.enforced or now_ms - self._looked_at < every_ms:
             return []
         self._looked_at = now_ms
-        due = [text(key) for key in await self._redis.zrangebyscore(keys.QUOTA_HELD_KEYS, "-inf", now_ms, 0, WAKE_KEYS)]
+        due = [text(key) for key in await self.redis.zrangebyscore(keys.QUOTA_HELD_KEYS, "-inf", now_ms, 0, WAKE_KEYS)]
         if not due:
             return []
         retry = {key: at for key, (_, at) in (await self.budgets.use(due, now_ms)).items()}
@@ -139,7 +138,7 @@ class QuotaStore:
             for key in due
         ]
         back: list[tuple[str, str, str]] = []
-        for key, reply in zip(due, await run_many(self._redis, self._wake, calls), strict=True):
+        for key, reply in zip(due, await run_many(self.redis, self._wake, calls), strict=True):
             items = [text(item) for item in cast(list[object], reply)]
             back.extend((job_id, key, place) for job_id, place in zip(items[::2], items[1::2], strict=True))
         return back
@@ -166,7 +165,7 @@ class QuotaStore:
             return
         if self.quotas.of(key).tokens and self._usage is not None:
             await self.budgets.counted(await self._usage.count_job(job_id))
-        async with self._redis.pipeline(transaction=False) as pipe:
+        async with self.redis.pipeline(transaction=False) as pipe:
             pipe.zrem(keys.quota_live(key), job_id)
             pipe.zadd(keys.QUOTA_HELD_KEYS, {key: 0}, xx=True)
             await pipe.execute()
@@ -180,7 +179,7 @@ class QuotaStore:
         if not mine:
             return
         lapse = LIVE_TTLS * ttl_ms
-        async with self._redis.pipeline(transaction=False) as pipe:
+        async with self.redis.pipeline(transaction=False) as pipe:
             for job_id, key in mine:
                 pipe.zadd(keys.quota_live(key), {job_id: now_ms + lapse}, xx=True)
                 pipe.zscore(keys.quota_live(key), job_id)
@@ -195,7 +194,7 @@ class QuotaStore:
         if not self.applies(key):
             return
         lapse = LIVE_TTLS * ttl_ms
-        async with self._redis.pipeline(transaction=False) as pipe:
+        async with self.redis.pipeline(transaction=False) as pipe:
             pipe.zadd(keys.quota_live(key), {job_id: now_ms + lapse})
             pipe.pexpire(keys.quota_live(key), 2 * lapse)
             await pipe.execute()
@@ -204,7 +203,7 @@ class QuotaStore:
     async def is_held(self, view: JobView) -> bool:
         """Is the job held out of the line by its key's quota or budget (not woken)?"""
         key = view.scheduling.fairness_key
-        return self.applies(key) and await self._redis.zscore(keys.quota_held(key), view.job_id) is not None
+        return self.applies(key) and await self.redis.zscore(keys.quota_held(key), view.job_id) is not None
 
     def _remember(self, job_id: str, key: str) -> None:
         if len(self._live) >= MAX_REMEMBERED:
