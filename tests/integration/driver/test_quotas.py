@@ -190,11 +190,7 @@ async def test_held_jobs_count_as_waiting_for_their_keys_quota_and_show_in_ready
     # Given key a with one live run at a time and 3 jobs waiting at most, its first run live and 3 more held
     quotas = Quotas(keys=(("a", Quota(live=1, waiting=3)),))
     replica = await make_replica(hermes_max_concurrent=4, admission_quotas=quotas)
-    first = await submit(replica, "a 0 sleep:3", key="a")
-    await eventually(lambda: _running(replica, first))  # out of the line: the next three are all that wait
-    for i in range(1, 4):
-        await submit(replica, f"a {i}", key="a")
-    await eventually(lambda: _held(redis, "a", 3))
+    await _one_live_three_held(replica, redis)
     # When a creates a fourth while its three wait out of the line
     answer = await replica.post("/v1/runs", json={"input": "a 4", "scheduling": {"fairness_key": "a"}})
     # Then it is refused by its waiting quota
@@ -214,16 +210,21 @@ async def test_held_jobs_count_towards_the_lines_bound(make_replica: ClientFacto
     # Given key a with one live run at a time, the line bounded at 3, a's first run live and 3 more held
     quotas = Quotas(keys=(("a", Quota(live=1)),))
     replica = await make_replica(hermes_max_concurrent=4, admission_quotas=quotas, admission_max_waiting=3)
-    first = await submit(replica, "a 0 sleep:3", key="a")
-    await eventually(lambda: _running(replica, first))  # out of the line: the next three are all that wait
-    for i in range(1, 4):
-        await submit(replica, f"a {i}", key="a")
-    await eventually(lambda: _held(redis, "a", 3))
+    await _one_live_three_held(replica, redis)
     # When another key creates while the line itself is empty
     answer = await replica.post("/v1/runs", json={"input": "b 1", "scheduling": {"fairness_key": "b"}})
     # Then it is refused: the held jobs wait too
     body = await answer.json()
     assert answer.status == 429 and "ADMISSION_MAX_WAITING" in body["error"]["message"]
+
+
+async def _one_live_three_held(replica: Client, redis: Redis) -> None:
+    """Key a's first run live (out of the line) and its next three jobs held by its live quota of 1."""
+    first = await submit(replica, "a 0 sleep:3", key="a")
+    await eventually(lambda: _running(replica, first))
+    for i in range(1, 4):
+        await submit(replica, f"a {i}", key="a")
+    await eventually(lambda: _held(redis, "a", 3))
 
 
 async def _running(client: Client, job_id: str) -> bool:

@@ -390,6 +390,20 @@ async def _quotas(redis: Redis) -> object:
     return await quota_view.figures(store, 1_300)
 
 
+async def _return_woken(redis: Redis) -> object:
+    """A held job of the empty key sent back to the line: admission_enter.lua in its `woken` mode (the job's lease
+    among its KEYS), after quota_wake.lua."""
+    await _create(redis)
+    quota = QuotaStore(redis, Quotas(keys=(("", Quota(live=1)),)))
+    store = AdmissionStore(redis, Pacing(), quota=quota)
+    await quota.take([("job_other", "", str(2**52)), (JOB, "", str(2**52 + 1))], 1_000, 500)
+    await quota.release("job_other")
+    await store._return_woken(1_100)
+    place = await redis.zscore(keys.line(keys.partition_of(JOB)), JOB)
+    assert place is not None  # it entered the line
+    return place
+
+
 SINGLE_SLOT: list[tuple[str, Operation]] = [
     ("append_events (create)", _create),
     ("bounded create: the other partitions read, then append_events checks its own (SPEC S4.4)", _create_bounded),
@@ -408,6 +422,7 @@ SINGLE_SLOT: list[tuple[str, Operation]] = [
     ("upstream_heard + upstream_probe + orphans (an upstream's health, SPEC S10)", _health),
     ("fair_turn + append_events (create with a fairness key)", _create_keyed),
     ("admission_enter", _enter),
+    ("quota_wake + admission_enter in its woken mode (a held job back in the line, SPEC S4.4)", _return_woken),
     ("admission_fair_clear", _fair_clear),
     ("admission_ties (a pass that reaches jobs of one start tag)", _admit_with_ties),
     ("append_events (a stop leaves the line and the key's count)", _stop_waiting),
