@@ -20,7 +20,7 @@ from broker.hermes.fleet import Fleet
 from broker.hermes.models import NotFound, Rejected, Stopping
 from broker.logging import get_logger
 from broker.store.upstream_health import HealthStore
-from broker.upstreams.health import Health, Heard, Reach, reach, report_due
+from broker.upstreams.health import Health, Heard, Reach, probe_gap, reach, report_due
 
 #: How often each replica looks at the upstreams' health.
 TICK_S = 1.0
@@ -54,7 +54,7 @@ class Prober:
         async def watch(name: str, client: HermesClient) -> None:
             while True:
                 await self._look(name, client, clock.now_ms())
-                await asyncio.sleep(TICK_S)
+                await asyncio.sleep(self._pause(name, clock.now_ms()))
 
         await asyncio.gather(*(watch(upstream.name, client) for upstream, client in self._fleet))
 
@@ -65,7 +65,8 @@ class Prober:
     async def _look(self, name: str, client: HermesClient, now_ms: int) -> None:
         shared = await self._report(name, client)
         due = shared.failing or self._idle(name, getattr(client, "heard", Heard()), shared, now_ms)
-        if due and await self._store.claim_probe(name, now_ms, now_ms + self._interval_ms):
+        gap = probe_gap(shared, now_ms, self._interval_ms) if shared.failing else self._interval_ms
+        if due and await self._store.claim_probe(name, now_ms, now_ms + gap):
             await client.get(PROBE_RUN)  # its answer (or none) is recorded by the client
             shared = await self._report(name, client)
         self._shared[name] = shared
@@ -82,6 +83,13 @@ class Prober:
                 self._log.info("An upstream answers again.", extra={"upstream": name})
         if now is Reach.UP:
             await self._stop_orphans(name, client)
+
+    def _pause(self, name: str, now_ms: int) -> float:
+        """Seconds to the next look: a tick, or the next probe's gap while the upstream fails (a brief fault)."""
+        shared = self._shared.get(name)
+        if shared is None or not shared.failing:
+            return TICK_S
+        return min(TICK_S, probe_gap(shared, now_ms, self._interval_ms) / 1000)
 
     def _idle(self, name: str, heard: Heard, shared: Health, now_ms: int) -> bool:
         """Nobody heard from it for a while: is this replica to ask for the probe? (once per interval at most)"""

@@ -105,6 +105,19 @@ def parse(
     return Health(answered_ms=answered, failing_since_ms=since if since > answered else 0, failed_ms=_int(failed_ms))
 
 
+#: The first probes of an upstream whose calls began to fail go this soon after each other: a brief refusal is over
+#: (and the upstream takes work again) within a fraction of a second.
+FIRST_PROBE_GAP_MS = 250
+
+
+def probe_gap(health: Health, now_ms: int, interval_ms: int) -> int:
+    """How long after a probe of a failing upstream the next one may go: a quarter of how long it has been failing,
+    from FIRST_PROBE_GAP_MS up to `interval_ms`; so a brief fault is found over at once and a long one costs a probe
+    per interval."""
+    failing_for = max(0, now_ms - health.failing_since_ms) if health.failing else 0
+    return max(min(FIRST_PROBE_GAP_MS, interval_ms), min(interval_ms, failing_for // 4))
+
+
 def report_due(heard: Heard, reported: Heard, shared: Health, refresh_ms: int = 0) -> bool:
     """Should this replica write its record now? When its streak began, began anew or ended; when an answer of its
     own would end the streak the shared state shows (whatever it met since); when it fails and the shared state does

@@ -10,7 +10,19 @@ from functools import reduce
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.upstreams.health import Health, Heard, Reach, answered, failed, is_lost, merge, reach, report_due
+from broker.upstreams.health import (
+    FIRST_PROBE_GAP_MS,
+    Health,
+    Heard,
+    Reach,
+    answered,
+    failed,
+    is_lost,
+    merge,
+    probe_gap,
+    reach,
+    report_due,
+)
 
 LOST = 8_000
 
@@ -102,3 +114,16 @@ def test_a_report_is_due_on_a_change_of_streak_and_when_an_answer_would_end_the_
     assert report_due(back, failing, Health(1_000, 2_000, 2_000))  # the streak is over
     assert not report_due(answered(quiet, 1_500), quiet, Health(answered_ms=1_000))  # answers alone: no write
     assert report_due(answered(quiet, 2_500), quiet, Health(1_000, 2_000, 2_000))  # another's streak ends here
+
+
+@given(st.integers(0, 10**9), st.integers(1, 10**6), st.integers(100, 60_000))
+def test_a_failing_upstream_is_probed_soon_at_first_and_once_per_interval_later(
+    since: int, failing_for: int, interval: int
+) -> None:
+    health = Health(answered_ms=0, failing_since_ms=since + 1, failed_ms=since + 1)
+    gap = probe_gap(health, since + 1 + failing_for, interval)
+    assert min(FIRST_PROBE_GAP_MS, interval) <= gap <= interval
+    if failing_for <= 4 * FIRST_PROBE_GAP_MS:  # a brief fault: found over within a fraction of a second
+        assert gap == min(FIRST_PROBE_GAP_MS, interval)
+    if failing_for >= 4 * interval:  # a long one: a probe per interval
+        assert gap == interval
