@@ -208,6 +208,7 @@ def _redis_context(url: str | None) -> Context:
             quotas=config.admission_quotas,
             max_waiting=config.admission_max_waiting,
         )
+        await app[store_key].warm(app[clock_key].now_ms())
         await memory.start()
         yield
         await memory.stop()

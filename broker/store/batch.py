@@ -1,13 +1,14 @@
 """Script calls of one replica made in the same turn of the event loop go out together, in one pipeline.
 
 A busy replica writes for many jobs at once (creates, appends of the runners); each call on its own costs
-a send and a read of its own (about 130 us of broker CPU per call against about 20 in a pipeline of 32:
-bench notes in issue 21). A call made while nothing else is on its way goes at once, alone (a quiet replica
-adds no wait to a write); one made while another is on its way joins the batch of its loop turn, which leaves
-at the start of the next turn (a task of its own), so no call waits for a timer or for another call's reply.
-The calls of a batch keep their order; each gets its own reply or error (a script's error fails only its
-call). Only on a single Redis without WAIT: a cluster pipeline splits by node anyway, and a WAIT belongs to the
-write it follows.
+a send and a read of its own (about 130 us of broker CPU per call against about 20 in a pipeline of 32). A call
+made while nothing else is on its way goes at once, alone (a quiet replica adds no wait to a write); the calls
+made while a batch (or a lone call) is on its way make up the next batch, which leaves as soon as that one has its
+replies: no call waits for a timer, and batches reach Redis one after another (two on two connections could
+arrive in either order, and a create takes its place in the line in its write: creates keep the order they were
+made in). The calls of a batch keep their order; each gets its own reply or error (a script's error fails only
+its call). Only on a single Redis without WAIT: a cluster pipeline splits by node anyway, and a WAIT belongs to
+the write it follows.
 
 A batch (or a lone call) is one write of the EVALSHAs packed together and a read of their replies on one pooled
 connection: redis-py's pipeline (a command stack, its packing, a callback lookup and an error check per reply)
@@ -47,16 +48,19 @@ class ScriptBatch:
         self._pending: list[_Call] = []
         self._sending: set[asyncio.Task[None]] = set()  #: strong references to the batches on their way
         self._alone = 0  #: calls on their way alone (1 or 0): a call made meanwhile joins the next turn's batch
+        self._turn = asyncio.Lock()  #: held by the batch (or lone call) on its way: the next waits for its replies
 
     async def run(self, script: AsyncScript, keys: Sequence[str], args: Args) -> object:
         """The reply of `script` over `keys` and `args` (its error raised), sent with the turn's other calls."""
         loop = asyncio.get_running_loop()
         if loop is not self._loop:  # calls left on a loop that stopped before they ended are no one's
             self._loop, self._pending, self._sending, self._alone = loop, [], set(), 0
+            self._turn = asyncio.Lock()
         if not self._pending and not self._sending and not self._alone:  # nothing on its way: go at once, alone
             self._alone += 1
             try:
-                (alone,) = await self._replies([(script, keys, args)])
+                async with self._turn:
+                    (alone,) = await self._replies([(script, keys, args)])
             finally:
                 self._alone -= 1
             if isinstance(alone, BaseException):
@@ -64,14 +68,18 @@ class ScriptBatch:
             return alone
         reply: asyncio.Future[object] = loop.create_future()
         self._pending.append(_Call(script, keys, args, reply))
-        if len(self._pending) == 1:  # the turn's first call: its batch leaves at the next turn
+        if len(self._pending) == 1:  # the first call since a batch left: its batch leaves when the one before is back
             task = asyncio.create_task(self._send())
             self._sending.add(task)
             task.add_done_callback(self._sending.discard)
         return await reply
 
     async def _send(self) -> None:
-        calls, self._pending = self._pending, []
+        async with self._turn:
+            calls, self._pending = self._pending, []  # every call made while the batch before was on its way
+            await self._send_calls(calls)
+
+    async def _send_calls(self, calls: list[_Call]) -> None:
         try:
             replies = await self._replies([(call.script, call.keys, call.args) for call in calls])
             for call, reply in zip(calls, replies, strict=True):

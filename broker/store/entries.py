@@ -22,6 +22,7 @@ from broker.events import JobEvent, RunAccepted
 from broker.logging import get_logger
 from broker.store import keys
 from broker.store.outage import is_outage
+from broker.tasks import SharedRead
 
 Raw = Sequence[tuple[str, dict[str, str]]]
 CACHED_RUNS = 65_536  #: (job, attempt) -> run id pairs a reader keeps
@@ -95,12 +96,13 @@ class EventFormat:
         self._packed: bool | None = None  #: None: not looked at yet
         self._checked = 0.0
         self._looking: asyncio.Task[None] | None = None
+        self._first_look: SharedRead[None] = SharedRead()
 
     async def packed(self) -> bool:
         if self._fixed is not None:
             return self._fixed
-        if self._packed is None:
-            await self._look()
+        if self._packed is None:  # one look for every write until it is back: they go on in the order they came
+            await self._first_look(self._look)
         elif time.monotonic() - self._checked >= FORMAT_CHECK_S and self._looking is None:
             # Looked at behind the write's back: a write that waited for it would land after later writes
             self._looking = asyncio.create_task(self._look())

@@ -27,6 +27,7 @@ from broker.store.job_write import entering, index_entry, write_keys
 from broker.store.line_state import read_virtual
 from broker.store.outage import is_outage
 from broker.store.scripts import Scripts, as_strings, ring_work
+from broker.tasks import SharedRead
 from projections.board import BoardState
 from projections.job import JobView, fold
 
@@ -83,6 +84,7 @@ class JobStore:
         self.format = EventFormat(redis, packed)
         self._virtual = virtual or fair.VirtualTimes()  #: V per priority, shared with the admission passes
         self._refreshing: asyncio.Task[None] | None = None  #: a read of V on its way (creates never wait for it)
+        self._first_read: SharedRead[list[int]] = SharedRead()  #: the first read of V, which creates wait for
         self._scripts = Scripts(redis, durability)
         self._cluster = is_cluster(redis)
         self._guard = bounds.ClusterGuard()  #: the bounded line's check before the write, on a cluster (SPEC S4.4)
@@ -144,11 +146,19 @@ class JobStore:
         existing = decode_view(reply[1]) or (await self.load(event.job_id) or await self._refold(event.job_id)).view
         return Created(Snapshot(existing, ""), created=False)
 
+    async def warm(self, now_ms: int) -> None:
+        """Read what a create goes by (the line's virtual time, the store's event format) before the first create
+        comes: a create that waits for a read after its request arrived may be overtaken by later ones, and take its
+        place in the line after theirs."""
+        self._virtual.learn(await self._first_read(lambda: read_virtual(self._redis)), now_ms)
+        await self.format.packed()
+
     async def _turn(self, view: JobView, now_ms: int) -> tuple[str, list[str | int]]:
         """The turns key of a new job's fairness key and priority, and fair_turn.lua's ARGV for it."""
         scheduling = view.scheduling
-        if self._virtual.learnt_at_ms is None:  # the first create of this replica: nothing to go by yet
-            self._virtual.learn(await read_virtual(self._redis), now_ms)
+        if self._virtual.learnt_at_ms is None:  # the first creates of this replica: nothing to go by yet
+            # one read for every create until it is back: they go on in the order they came
+            self._virtual.learn(await self._first_read(lambda: read_virtual(self._redis)), now_ms)
         elif self._virtual.stale(now_ms) and self._refreshing is None:  # no admission pass brought V lately
             # Read behind the create's back: a write that waited for it would land after later creates' writes
             # and take a later turn (a stale V only favours newcomers a little)

@@ -243,3 +243,20 @@ async def test_hold_detail_for_a_refused_connection(make_client: ClientFactory) 
         return hold if hold["detail"] == "Hermes refused the connection." else None
 
     await eventually(refused)
+
+
+async def test_a_fresh_replicas_first_creates_take_their_places_in_the_order_they_arrived(
+    make_client: ClientFactory, redis: Redis, redis_target: tuple[str, bool]
+) -> None:
+    if redis_target[1]:
+        pytest.skip("on a cluster a create takes its turn in a call of its own: concurrent creates have no order")
+    for _ in range(3):  # each a replica that has read nothing yet (a first create used to wait for a read, and lose)
+        # Given a replica that just started, and a burst of concurrent creates as its first requests
+        replica = await make_client()
+        answers = await asyncio.gather(*(create(replica, {"input": f"burst {n}"}) for n in range(60)))
+        ids = [answer["run_id"] for answer in answers]
+        # Then the line holds them in the order of their created_at (one key: plain arrival order)
+        created = {job_id: (await job(replica, job_id))["created_at"] for job_id in ids}
+        places = {job_id: await redis.zscore(keys.line(keys.partition_of(job_id)), job_id) for job_id in ids}
+        by_place = sorted(ids, key=lambda job_id: places[job_id])
+        assert [created[job_id] for job_id in by_place] == sorted(created.values())

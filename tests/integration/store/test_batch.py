@@ -75,3 +75,25 @@ def test_a_batch_left_on_a_stopped_loop_does_not_hold_up_the_next(redis_target: 
     finally:
         first.close()
         second.close()
+
+
+async def test_batches_made_while_others_are_on_their_way_reach_redis_in_call_order(
+    redis_target: tuple[str, bool],
+) -> None:
+    url, cluster = redis_target
+    if cluster:
+        pytest.skip("a cluster's calls go one after another, not in batches")  # printed with -rs
+    for round_ in range(20):
+        client = connect(url, cluster=False)  # an empty pool: each batch on its way needs a connection of its own
+        batch, echo = ScriptBatch(client), client.register_script(ECHO)
+        key = f"{{batch}}:turns:{round_}"
+        calls = []
+        for turn in range(8):  # calls made over several loop turns, each turn's batch leaving while others travel
+            calls += [asyncio.create_task(batch.run(echo, [key], [f"{turn}.{n}"])) for n in range(8)]
+            await asyncio.sleep(0)
+        made = [f"{turn}.{n}" for turn in range(8) for n in range(8)]
+        try:
+            assert await asyncio.gather(*calls) == made
+            assert await client.lrange(key, 0, -1) == made  # each call's place is taken in call order
+        finally:
+            await client.aclose()
