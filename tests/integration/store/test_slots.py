@@ -22,6 +22,7 @@ from redis.asyncio import Redis
 from redis.crc import key_slot
 from redis.exceptions import ClusterCrossSlotError
 
+from broker.admission import fair
 from broker.admission.pacing import Pacing
 from broker.admission.quotas import Bound, Quota, Quotas
 from broker.events import HoldReason, JobCreated, JobFinished, JobStatus, Scheduling, StopRequested
@@ -522,6 +523,21 @@ def test_a_keys_quota_keys_map_to_the_one_quota_slot(fairness_key: str) -> None:
     names = [keys.quota_live(fairness_key), keys.quota_held(fairness_key), keys.quota_woken(fairness_key)]
     slots = {key_slot(name.encode()) for name in [*names, keys.quota_tokens(fairness_key)]}
     assert slots == {key_slot(keys.QUOTA_HELD_KEYS.encode())} == {key_slot(keys.QUOTA_HOLDS.encode())}
+
+
+@given(st.text(max_size=64), st.sampled_from(fair.PRIORITIES))
+def test_a_keys_cost_keys_map_to_the_slot_of_its_turns(fairness_key: str, priority: int) -> None:
+    own = keys.cost_keys(fairness_key, priority)
+    assert {key_slot(name.encode()) for name in own.all} == {key_slot(own.turns.encode())}
+    assert own.turns == keys.turns(keys.fairness_partition(fairness_key), priority)
+    assert len(set(own.all)) == len(own.all)
+
+
+@pytest.mark.parametrize("job_id", [JOB, "job_" + "0" * 32, "job_a"])
+def test_the_parked_jobs_and_fronts_share_their_lines_slot(job_id: str) -> None:
+    partition = keys.partition_of(job_id)
+    names = [keys.line(partition), keys.parked(partition), keys.fronts(partition), keys.view(job_id)]
+    assert len({key_slot(name.encode()) for name in names}) == 1
 
 
 def test_the_partitions_spread_over_many_slots() -> None:
