@@ -23,6 +23,7 @@ from redis.crc import key_slot
 from redis.exceptions import ClusterCrossSlotError
 
 from broker.admission import fair
+from broker.admission.cost import CostSettings
 from broker.admission.pacing import Pacing
 from broker.admission.quotas import Bound, Quota, Quotas
 from broker.events import HoldReason, JobCreated, JobFinished, JobStatus, Scheduling, StopRequested
@@ -31,6 +32,7 @@ from broker.store.admission import AdmissionStore
 from broker.store.board import BoardStore, OutboxEntry
 from broker.store.callbacks import CallbackStore, CallbackWrite
 from broker.store.connection import connect
+from broker.store.cost_store import CostStore, Step
 from broker.store.deltas import DeltaSchedule
 from broker.store.fair_top import FairTopRepair
 from broker.store.jobs import BoardWrite, JobStore
@@ -405,6 +407,22 @@ async def _return_woken(redis: Redis) -> object:
     return place
 
 
+async def _cost_turns(redis: Redis) -> object:
+    """A key's cost-aware turns (SPEC S4.2 "What a turn costs"): two creates (a front, a parked job), a pass's key
+    step, its front placed, the heads read, the settle; each script in its own slot (the key's, or the job's)."""
+    store = CostStore(redis, CostSettings(), 60_000)
+    second = "job_" + "b" * 32
+    await store.enter(JOB, "team{a}", 3, 1.0, 1_000, 0, 0)
+    placed = await store.enter(second, "team{a}", 3, 1.0, 1_001, 0, 0)
+    await redis.zadd(keys.parked(keys.partition_of(second)), {second: fair.score(3, placed.tag)})
+    step = await store.step("team{a}", 3, 1.0, 0, [Step(JOB)])
+    assert step.front is not None and step.front.placed.job == second
+    assert await store.promote([step.front]) == [1]
+    heads = await store.heads([keys.partition_of(second)], 10)
+    assert heads[keys.partition_of(second)].fronts[0][0] == second
+    return await store.settle(JOB, 1, "team{a}", 3, 1.0, 5_000.0, 0, 2_000)
+
+
 SINGLE_SLOT: list[tuple[str, Operation]] = [
     ("append_events (create)", _create),
     ("bounded create: the other partitions read, then append_events checks its own (SPEC S4.4)", _create_bounded),
@@ -444,6 +462,10 @@ SINGLE_SLOT: list[tuple[str, Operation]] = [
     ("append_events with usage facts + usage_record (each hour's usage, SPEC S4.5)", _usage),
     ("usage_replace (the rebuild of an hour's usage)", _usage_replace),
     ("quota_take + quota_wake + quota_forget, releases, renewals, budgets, figures (SPEC S4.4)", _quotas),
+    (
+        "fair_turn_cost + fair_next + fair_promote + line_heads + fair_settle (what a turn costs, SPEC S4.2)",
+        _cost_turns,
+    ),
 ]
 
 #: The scripts each operation above runs (every script of the store must be covered).
@@ -454,7 +476,8 @@ COVERED = {
     "replace_view", "remove_deltas", "board_ack", "board_promote", "release_lock",
     "reindex_job", "upstream_heard", "upstream_probe", "line_figures", "fair_top_repair", "session_turn",
     "session_release", "session_history", "callback_claim", "callback_result", "usage_record", "usage_replace",
-    "quota_take", "quota_wake", "quota_forget",
+    "quota_take", "quota_wake", "quota_forget", "fair_turn_cost", "fair_next", "fair_promote", "fair_settle",
+    "line_heads",
 }  # fmt: skip
 
 

@@ -1,0 +1,131 @@
+"""The cost scripts (SPEC S4.2 "What a turn costs", broker/store/cost_store.py) on a real Redis, single and cluster:
+driven side by side with broker/admission/cost.py (tests/integration/store/cost_reference.py) for any sequence of
+creates, grants, stops and settles, every reply and every key's state, History and charges are the pure functions'."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import HealthCheck, event, given, note, settings
+from hypothesis import strategies as st
+from redis.asyncio import Redis
+
+from broker.admission.cost import CostMode, CostSettings, History, KeyLine
+from broker.store.cost_store import CostStore, Front, KeyStep, Step
+from tests.conftest import BOTH_BACKENDS
+from tests.integration.store.cost_reference import Reference, normal
+
+pytestmark = BOTH_BACKENDS
+
+RETENTION_MS = 3_600_000
+RUNS = itertools.count()  #: each example's own keys and jobs (no flush between examples)
+JOBS = 16  #: job i is of key i % 2 and priority 1 when i % 4 < 2, else 3 (four jobs a key and priority)
+WEIGHTS = {0: 1.0, 1: 2.5}
+
+Op = tuple[str, int, int, int]  #: (what, job, attempt or V step, measured)
+ops = st.one_of(
+    st.tuples(st.just("enter"), st.integers(0, JOBS - 1), st.just(0), st.just(0)),
+    st.tuples(st.just("enter"), st.integers(0, JOBS - 1), st.just(0), st.just(0)),
+    st.tuples(st.just("grant"), st.integers(0, JOBS - 1), st.integers(1, 2), st.integers(0, 3)),
+    st.tuples(st.just("left"), st.integers(0, JOBS - 1), st.just(1), st.just(0)),
+    st.tuples(st.just("settle"), st.integers(0, JOBS - 1), st.integers(1, 2), st.integers(-1, 200_000)),
+    st.tuples(st.just("tick"), st.just(0), st.integers(0, 90_000), st.just(0)),
+    st.tuples(st.just("pass"), st.integers(0, 3), st.integers(1, 2), st.integers(0, 2)),  # a key's first jobs granted
+    st.tuples(st.just("ends"), st.integers(0, JOBS - 1), st.integers(1, 2), st.integers(-1, 200_000)),  # a run settles
+)
+modes = st.builds(CostSettings, st.sampled_from(list(CostMode)), st.integers(1, 60_000))
+
+
+class Both:
+    """The store and the reference, fed the same calls."""
+
+    def __init__(self, redis: Redis, settings: CostSettings) -> None:
+        self.store = CostStore(redis, settings, RETENTION_MS)
+        self.model = Reference(settings)
+        self.run = next(RUNS)
+        self.virtual = 0
+        self.now = 1_000
+        self.entered: set[int] = set()
+
+    def job(self, i: int) -> str:
+        return f"job_{self.run}_{i}"
+
+    def key(self, i: int) -> str:
+        return f"k{self.run}|{i % 2}"  # a `|` in a key: the store's fields put the key last
+
+    def scheduling(self, i: int) -> tuple[str, int, float]:
+        return self.key(i), 1 if i % 4 < 2 else 3, WEIGHTS[i % 2]
+
+    async def enter(self, i: int) -> None:
+        key, priority, weight = self.scheduling(i)
+        self.now += 1
+        paced = 777
+        placed = await self.store.enter(self.job(i), key, priority, weight, self.now, self.virtual, paced)
+        assert placed == self.model.enter(self.job(i), key, priority, weight, self.virtual, paced)
+        self.entered.add(i)
+
+    async def step(self, i: int, steps: list[Step]) -> KeyStep:
+        key, priority, weight = self.scheduling(i)
+        done = await self.store.step(key, priority, weight, self.virtual, steps)
+        assert done.charged == self.model.step(key, priority, weight, self.virtual, steps)
+        event(f"step: charged={done.charged} more={min(done.front.more, 2) if done.front else None}")
+        self.same_front(done.front, i)
+        return done
+
+    async def settle(self, i: int, attempt: int, measured: float | None) -> None:
+        key, priority, weight = self.scheduling(i)
+        self.now += 1
+        job = self.job(i)
+        charge = await self.store.charge(key, job)
+        done = await self.store.settle(job, attempt, key, priority, weight, measured, self.virtual, self.now)
+        applied, delta, settled, units = self.model.settle(job, attempt, key, priority, weight, measured, self.virtual)
+        assert (done.applied, done.delta) == (applied, delta)
+        sign = "0" if not delta else "+" if delta > 0 else "-"
+        event(f"settle: applied={applied} delta={sign} fallback={charge is None}")
+        if applied:
+            assert settled is not None
+            assert charge in (None, settled)  # none: the settle charged it (its key step never ran)
+            assert (done.at_v, done.paced, done.units) == (settled.at_v, settled.paced, units)
+        self.same_front(done.front, i)
+
+    def same_front(self, front: Front | None, i: int) -> None:
+        key, priority, _ = self.scheduling(i)
+        placed, more, following = self.model.front(priority, key)
+        assert (front.placed if front else None) == placed
+        assert ((front.more, front.next) if front else (0, ())) == (more, following)
+
+    async def same_state(self) -> None:
+        for i in range(JOBS):
+            key, priority, _ = self.scheduling(i)
+            stored = normal(await self.store.key_line(key, priority), self.virtual)  # F <= V: as good as none
+            assert stored == self.model.line(priority, key, self.virtual)
+            assert await self.store.history(key) == self.model.history.get(key, History())
+            assert await self.store.charge(key, self.job(i)) == self.model.charges.get(self.job(i))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(settings_=modes, plan=st.lists(ops, max_size=40))
+async def test_the_scripts_compute_what_cost_py_computes(redis: Redis, settings_: CostSettings, plan: list[Op]) -> None:
+    note(f"{settings_} {plan}")
+    both = Both(redis, settings_)
+    for what, i, n, measured in plan:
+        if what == "enter" and i not in both.entered:
+            await both.enter(i)
+        elif what == "grant":
+            same = list(range(i, JOBS, 4))[: measured + 1]  # jobs of one key and priority, in one step
+            await both.step(i, [Step(both.job(j), n) for j in same])
+        elif what == "left":
+            await both.step(i, [Step(both.job(i), left=True)])
+        elif what == "settle":
+            await both.settle(i, n, None if measured < 0 else float(measured))
+        elif what == "pass":  # the first jobs of the key and priority of group i (jobs i, i + 4, ...)
+            queue = both.model.lines.get(both.scheduling(i)[1::-1], KeyLine()).queue
+            jobs = [int(job.rsplit("_", 1)[1]) for job in queue[: measured + 1]]
+            if jobs:
+                await both.step(jobs[0], [Step(both.job(j), n) for j in jobs])
+        elif what == "ends" and both.model.charges:  # a run in flight settles
+            job = sorted(both.model.charges)[i % len(both.model.charges)]
+            await both.settle(int(job.rsplit("_", 1)[1]), n, None if measured < 0 else float(measured))
+        elif what == "tick":
+            both.virtual += n
+        await both.same_state()
