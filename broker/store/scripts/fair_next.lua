@@ -61,15 +61,15 @@ local function granted(line, job, attempt, advance)
   line.projected = math.max(line.projected, line.tag + advance)
   return not charged
 end
-local function left(line, job)
+local function left(line, job, advance)
   if redis.call('ZREM', KEYS[3], job) == 0 or line.front ~= job then return end
   local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
   if not first then line.front = nil return end
-  promoted(line, first, line.f or 0, 0)
+  promoted(line, first, line.f or 0, advance)
 end
 local line, advance, charged = load(), estimate(), 0
 for i = 8, #ARGV, 3 do
-  if ARGV[i + 2] == 'left' then left(line, ARGV[i]) elseif granted(line, ARGV[i], ARGV[i + 1], advance) then charged = charged + 1 end
+  if ARGV[i + 2] == 'left' then left(line, ARGV[i], advance) elseif granted(line, ARGV[i], ARGV[i + 1], advance) then charged = charged + 1 end
 end
 save(line)
 if charged > 0 then redis.call('PEXPIRE', KEYS[4], ARGV[7]) end

@@ -35,7 +35,8 @@ class Reference:
         advance, charged = self._advance(key, weight), 0
         for step in jobs:
             if step.left:
-                self.lines[(priority, key)] = cost.left(self.lines.get((priority, key), KeyLine()), step.job)[0]
+                line = self.lines.get((priority, key), KeyLine())
+                self.lines[(priority, key)] = cost.left(line, step.job, advance)[0]
             else:
                 charged += self._granted(step.job, step.attempt, key, priority, weight, virtual, advance)
         return charged

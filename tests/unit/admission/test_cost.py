@@ -103,8 +103,9 @@ def test_a_stopped_front_hands_the_line_to_the_next_job_without_a_charge() -> No
     line = KeyLine()
     for job in ("j1", "j2", "j3"):
         line, _ = cost.enter(line, job, virtual=0, advance=10)
-    line, front = cost.left(line, "j1")
+    line, front = cost.left(line, "j1", advance=10)
     assert front is not None and (front.job, front.tag) == ("j2", 0) and line.queue == ("j2", "j3")
+    assert front.advance == 10  # a pass plans the key's next jobs one estimate apart, not at the front's tag
     line, none = cost.left(line, "j3")
     assert none is None and line.front == "j2" and line.queue == ("j2",)
     assert cost.left(line, "gone") == (line, None)
