@@ -10,7 +10,9 @@ from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
+from broker.admission import fair
 from broker.admission.cost import CostMode, CostSettings, History, KeyLine
+from broker.store import keys
 from broker.store.cost_store import CostStore, Front, KeyStep, Step
 from tests.conftest import BOTH_BACKENDS
 from tests.integration.store.cost_reference import Reference, normal
@@ -40,12 +42,13 @@ class Both:
     """The store and the reference, fed the same calls."""
 
     def __init__(self, redis: Redis, settings: CostSettings) -> None:
+        self.redis = redis
         self.store = CostStore(redis, settings, RETENTION_MS)
         self.model = Reference(settings)
         self.run = next(RUNS)
         self.virtual = 0
         self.now = 1_000
-        self.entered: set[int] = set()
+        self.entered: set[int] = set()  #: jobs created, or taken before (a job is created before it runs, once)
 
     def job(self, i: int) -> str:
         return f"job_{self.run}_{i}"
@@ -63,13 +66,35 @@ class Both:
         placed = await self.store.enter(self.job(i), key, priority, weight, self.now, self.virtual, paced)
         assert placed == self.model.enter(self.job(i), key, priority, weight, self.virtual, paced)
         self.entered.add(i)
+        partition = keys.partition_of(self.job(i))  # the job write: in the line (a front, with its entry) or parked
+        await self.redis.zadd(
+            (keys.parked if placed.parked else keys.line)(partition), {self.job(i): fair.score(priority, placed.tag)}
+        )
+        if not placed.parked:
+            await self.redis.hset(keys.fronts(partition), self.job(i), Front(key, priority, placed).entry)  # type: ignore[misc]
+
+    async def taken(self, jobs: list[Step]) -> None:
+        """A claim (or a stop's job write): the jobs leave their partition's line, parked jobs and fronts."""
+        self.entered |= {int(step.job.rsplit("_", 1)[1]) for step in jobs}
+        for step in jobs:
+            partition = keys.partition_of(step.job)
+            await self.redis.zrem(keys.line(partition), step.job)
+            await self.redis.zrem(keys.parked(partition), step.job)
+            await self.redis.hdel(keys.fronts(partition), step.job)  # type: ignore[misc]
+
+    async def placed(self, front: Front | None) -> None:
+        """The caller places the front a key step or a settle named: it waits (parked, or in the line already)."""
+        if front is not None:
+            assert await self.store.promote([front]) in ([1], [2])
 
     async def step(self, i: int, steps: list[Step]) -> KeyStep:
         key, priority, weight = self.scheduling(i)
+        await self.taken(steps)
         done = await self.store.step(key, priority, weight, self.virtual, steps)
         assert done.charged == self.model.step(key, priority, weight, self.virtual, steps)
         event(f"step: charged={done.charged} more={min(done.front.more, 2) if done.front else None}")
         self.same_front(done.front, i)
+        await self.placed(done.front)
         return done
 
     async def settle(self, i: int, attempt: int, measured: float | None) -> None:
@@ -77,6 +102,7 @@ class Both:
         self.now += 1
         job = self.job(i)
         charge = await self.store.charge(key, job)
+        await self.taken([Step(job)])  # a run settles after its claim
         done = await self.store.settle(job, attempt, key, priority, weight, measured, self.virtual, self.now)
         applied, delta, settled, units = self.model.settle(job, attempt, key, priority, weight, measured, self.virtual)
         assert (done.applied, done.delta) == (applied, delta)
@@ -87,6 +113,7 @@ class Both:
             assert charge in (None, settled)  # none: the settle charged it (its key step never ran)
             assert (done.at_v, done.paced, done.units) == (settled.at_v, settled.paced, units)
         self.same_front(done.front, i)
+        await self.placed(done.front)
 
     def same_front(self, front: Front | None, i: int) -> None:
         key, priority, _ = self.scheduling(i)
@@ -95,12 +122,29 @@ class Both:
         assert ((front.more, front.next) if front else (0, ())) == (more, following)
 
     async def same_state(self) -> None:
+        await self.same_places()
         for i in range(JOBS):
             key, priority, _ = self.scheduling(i)
             stored = normal(await self.store.key_line(key, priority), self.virtual)  # F <= V: as good as none
             assert stored == self.model.line(priority, key, self.virtual)
             assert await self.store.history(key) == self.model.history.get(key, History())
             assert await self.store.charge(key, self.job(i)) == self.model.charges.get(self.job(i))
+
+    async def same_places(self) -> None:
+        """Every waiting job of a key is in its partition's line (its key's front, at its tag) or parked: none lost."""
+        for group in range(4):
+            key, priority, _ = self.scheduling(group)
+            line = self.model.lines.get((priority, key), KeyLine())
+            for job in line.queue:
+                partition = keys.partition_of(job)
+                front, parked = (
+                    await self.redis.zscore(keys.line(partition), job),
+                    await self.redis.zscore(keys.parked(partition), job),
+                )
+                if job == line.front and line.placed is not None:
+                    assert (front, parked) == (fair.score(priority, line.placed.tag), None)
+                else:
+                    assert front is None and parked is not None
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
