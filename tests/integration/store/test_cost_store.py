@@ -22,18 +22,22 @@ pytestmark = BOTH_BACKENDS
 RETENTION_MS = 3_600_000
 RUNS = itertools.count()  #: each example's own keys and jobs (no flush between examples)
 JOBS = 16  #: job i is of key i % 2 and priority 1 when i % 4 < 2, else 3 (four jobs a key and priority)
-WEIGHTS = {0: 1.0, 1: 2.5}
+#: the two keys' weights: tiny ones charge fair.MAX_ADVANCE
+weights = st.tuples(*[st.sampled_from([1.0, 2.5, 0.3, 7.0, 1e-6])] * 2)
 
+costs = st.integers(-1, 200_000) | st.just(10**12)  #: what a run measured (-1: nothing); a huge one saturates
 Op = tuple[str, int, int, int]  #: (what, job, attempt or V step, measured)
 ops = st.one_of(
     st.tuples(st.just("enter"), st.integers(0, JOBS - 1), st.just(0), st.just(0)),
     st.tuples(st.just("enter"), st.integers(0, JOBS - 1), st.just(0), st.just(0)),
     st.tuples(st.just("grant"), st.integers(0, JOBS - 1), st.integers(1, 2), st.integers(0, 3)),
     st.tuples(st.just("left"), st.integers(0, JOBS - 1), st.just(1), st.just(0)),
-    st.tuples(st.just("settle"), st.integers(0, JOBS - 1), st.integers(1, 2), st.integers(-1, 200_000)),
-    st.tuples(st.just("tick"), st.just(0), st.integers(0, 90_000), st.just(0)),
+    st.tuples(
+        st.just("settle"), st.integers(0, JOBS - 1), st.integers(1, 2), st.integers(-1, 200_000) | st.just(10**12)
+    ),
+    st.tuples(st.just("tick"), st.just(0), st.integers(0, 90_000) | st.just(2**49), st.just(0)),  # V at MAX_TAG too
     st.tuples(st.just("pass"), st.integers(0, 3), st.integers(1, 2), st.integers(0, 2)),  # a key's first jobs granted
-    st.tuples(st.just("ends"), st.integers(0, JOBS - 1), st.integers(1, 2), st.integers(-1, 200_000)),  # a run settles
+    st.tuples(st.just("ends"), st.integers(0, JOBS - 1), st.integers(1, 2), costs),  # a run settles
 )
 modes = st.builds(CostSettings, st.sampled_from(list(CostMode)), st.integers(1, 60_000))
 
@@ -41,8 +45,9 @@ modes = st.builds(CostSettings, st.sampled_from(list(CostMode)), st.integers(1, 
 class Both:
     """The store and the reference, fed the same calls."""
 
-    def __init__(self, redis: Redis, settings: CostSettings) -> None:
+    def __init__(self, redis: Redis, settings: CostSettings, weights: tuple[float, float]) -> None:
         self.redis = redis
+        self.weights = weights
         self.store = CostStore(redis, settings, RETENTION_MS)
         self.model = Reference(settings)
         self.run = next(RUNS)
@@ -57,7 +62,7 @@ class Both:
         return f"k{self.run}|{i % 2}"  # a `|` in a key: the store's fields put the key last
 
     def scheduling(self, i: int) -> tuple[str, int, float]:
-        return self.key(i), 1 if i % 4 < 2 else 3, WEIGHTS[i % 2]
+        return self.key(i), 1 if i % 4 < 2 else 3, self.weights[i % 2]
 
     async def enter(self, i: int) -> None:
         key, priority, weight = self.scheduling(i)
@@ -148,10 +153,12 @@ class Both:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(settings_=modes, plan=st.lists(ops, max_size=40))
-async def test_the_scripts_compute_what_cost_py_computes(redis: Redis, settings_: CostSettings, plan: list[Op]) -> None:
-    note(f"{settings_} {plan}")
-    both = Both(redis, settings_)
+@given(settings_=modes, weights_=weights, plan=st.lists(ops, max_size=40))
+async def test_the_scripts_compute_what_cost_py_computes(
+    redis: Redis, settings_: CostSettings, weights_: tuple[float, float], plan: list[Op]
+) -> None:
+    note(f"{settings_} {weights_} {plan}")
+    both = Both(redis, settings_, weights_)
     for what, i, n, measured in plan:
         if what == "enter" and i not in both.entered:
             await both.enter(i)
@@ -171,5 +178,5 @@ async def test_the_scripts_compute_what_cost_py_computes(redis: Redis, settings_
             job = sorted(both.model.charges)[i % len(both.model.charges)]
             await both.settle(int(job.rsplit("_", 1)[1]), n, None if measured < 0 else float(measured))
         elif what == "tick":
-            both.virtual += n
+            both.virtual = min(both.virtual + n, fair.MAX_TAG)
         await both.same_state()
