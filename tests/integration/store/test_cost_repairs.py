@@ -13,6 +13,7 @@ from broker.admission import fair
 from broker.admission.cost import CostSettings, History
 from broker.store import keys, signals
 from broker.store.cost_store import CostStore, Front, Step
+from broker.store.replies import text
 from tests.conftest import BOTH_BACKENDS
 
 pytestmark = BOTH_BACKENDS
@@ -176,3 +177,38 @@ async def test_a_parked_job_an_older_replica_stopped_is_dropped_not_placed(redis
     assert answer == [0]
     assert await redis.zscore(keys.parked(partition), jobs[1]) is None
     assert await redis.zscore(keys.line(partition), jobs[1]) is None
+
+
+async def test_a_pass_reads_the_line_the_parked_jobs_and_the_fronts_entries(redis: Redis) -> None:
+    # Given a partition with a resubmit (no fronts entry), a front and a parked job, all in one partition
+    store = _store(redis)
+    jobs = [job for job in (f"job_{i:032x}" for i in range(400)) if keys.partition_of(job) == 7][:3]
+    resubmit, front, parked = jobs
+    for i, job in enumerate((front, parked)):
+        await store.enter(job, KEY, P, 1.0, 1_000 + i, 0, 0)
+    await redis.zadd(keys.line(7), {resubmit: 1_700_000_000_000.0, front: float(fair.score(P, 0))})
+    await redis.zadd(keys.parked(7), {parked: float(fair.score(P, GUESS))})
+    named = (await store.step(KEY, P, 1.0, 0, [])).front
+    assert named is not None and named.placed.job == front
+    assert await store.promote([named]) == [2]  # in the line already: its entry written, its place kept
+    # When a pass reads the partition
+    heads = (await store.heads([7], 2))[7]
+    # Then it has the line's heads in order, the parked ones, and the front's entry only
+    assert heads.line == ((resubmit, 1_700_000_000_000.0), (front, float(fair.score(P, 0))))
+    assert heads.parked == ((parked, float(fair.score(P, GUESS))),)
+    assert [(job, entry.advance, entry.more, entry.next, entry.key) for job, entry in heads.fronts] == [
+        (front, GUESS, 1, (parked,), KEY)
+    ]
+
+
+async def test_settled_attempts_and_a_keys_history_age_out_with_retention(redis: Redis) -> None:
+    # Given a key's run settled, and another one a retention later
+    store = CostStore(redis, CostSettings(guess=GUESS), retention_ms=10_000)
+    names = keys.cost_keys(KEY, P)
+    await store.step(KEY, P, 1.0, 0, [Step("job_1"), Step("job_2")])
+    await store.settle("job_1", 1, KEY, P, 1.0, 5_000.0, 0, 1_000)
+    await store.settle("job_2", 1, KEY, P, 1.0, 5_000.0, 0, 12_000)
+    # Then only the later one is remembered, and the key's History and settled attempts expire with no more runs
+    assert [text(member) for member in await redis.zrange(names.settled, 0, -1)] == ["job_2:1"]
+    assert 0 < await redis.pttl(names.history) <= 10_000
+    assert 0 < await redis.pttl(names.settled) <= 10_000
