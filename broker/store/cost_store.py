@@ -203,13 +203,13 @@ class CostStore:
         return line_of(None if raw is None else text(raw), idle, tuple(text(job) for job in queue))
 
     async def history(self, key: str) -> History:
-        raw = await self._redis.hmget(keys.cost_keys(key, 1).history, ["avg", "n"])
+        raw = await self._redis.hmget(keys.cost_history(key), ["avg", "n"])
         avg, n = (None if x is None else text(x) for x in raw)
         return History(float(avg or 0), int(n or 0))
 
     async def charge(self, key: str, job: str) -> Charge | None:
         """What the grant of the job's run in flight charged its key (None: nothing in flight)."""
-        raw = await self._redis.hget(keys.cost_keys(key, 1).history, f"c:{job}")
+        raw = await self._redis.hget(keys.cost_history(key), f"c:{job}")
         return None if raw is None else charge_of(key, text(raw))
 
 

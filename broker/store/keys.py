@@ -48,12 +48,14 @@ hbr:{pN}:q:<prio>:<K>        zset    key K's waiting first attempts -> arrival o
 hbr:{pN}:cost:<K>            hash    K's History (`avg`, `n`, its settled runs' costs)   RUNS_RETENTION from its
                                      and `c:<J>` = what the grant of J's run in flight   last write; as `keys`
                                      charged, `p|units|start|at_v|paced|weight|attempt`
-hbr:{pN}:settled:<K>         zset    `<J>:<attempt>` of K's settled charges -> when      entries past RUNS_RETENTION
-                                     (a second grant or settle of them charges nothing)  trimmed; fair_settle
+hbr:{pN}:settled:<K>         zset    `<J>:<attempt>` of K's settled charges -> when      RUNS_RETENTION from its
+                                     (a second grant or settle of them charges nothing)  last write, older entries
+                                                                                       trimmed; fair_settle
 hbr:{pN}:parked              zset    first attempts waiting behind their key's front      none; job write, claim,
                                      -> `band + projection` (fallback order only)        fair_promote
-hbr:{pN}:fronts              hash    a front of the partition's line -> `advance|key|   none; job write, claim,
-                                     more|next ids…` (what a pass plans its key by)      fair_promote
+hbr:{pN}:fronts              hash    a front of the partition's line -> `advance|more|   none; job write, claim,
+                                     next ids|key` (what a pass plans its key by; the    fair_promote
+                                     key last: it may hold any character)
 hbr:{pN}:board:outbox        stream  due board deliveries; group `senders`             acked; job write, promoter
 hbr:{pN}:board:due           zset    job id -> when a coalesced refresh is due         none; job write, sender
 hbr:{pN}:board:index         zset    job id -> sourceActivityAt + HERMES_TTL           none; job write
@@ -348,14 +350,18 @@ class CostKeys:
 def cost_keys(fairness_key: str, priority: int) -> CostKeys:
     """The keys of a fairness key's cost-aware turns in `priority` (SPEC S4.2)."""
     tag = _tag(fairness_partition(fairness_key))
-    history = f"{tag}:cost:{fairness_key}"
     return CostKeys(
         turns(fairness_partition(fairness_key), priority),
         f"{tag}:keys:{priority}",
         f"{tag}:q:{priority}:{fairness_key}",
-        history,
+        cost_history(fairness_key),
         f"{tag}:settled:{fairness_key}",
     )
+
+
+def cost_history(fairness_key: str) -> str:
+    """A fairness key's History and in-flight charges, whatever their priority (SPEC S4.2)."""
+    return f"{_tag(fairness_partition(fairness_key))}:cost:{fairness_key}"
 
 
 def parked(partition: int) -> str:

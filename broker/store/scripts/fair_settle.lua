@@ -41,7 +41,11 @@ local function save(line)
     return
   end
   redis.call('HDEL', KEYS[2], key)
-  if line.f and line.f > v then redis.call('ZADD', KEYS[1], fmt(line.f), key) else redis.call('ZREM', KEYS[1], key) end
+  if line.f and line.f > v then
+    redis.call('ZADD', KEYS[1], fmt(line.f), key)
+  else
+    redis.call('ZREM', KEYS[1], key)
+  end
 end
 local function promoted(line, first, tag, advance)
   line.front, line.tag, line.at_v, line.advance, line.paced = first, tag, '0', advance, 0
@@ -49,11 +53,14 @@ end
 local function granted(line, job, attempt, advance)
   local busy = redis.call('ZCARD', KEYS[3]) > 0
   local begin = (busy and line.f) or math.min(math.max(line.f or 0, v), MAX_TAG)
-  local charged = redis.call('HEXISTS', KEYS[4], 'c:' .. job) == 1 or redis.call('ZSCORE', KEYS[5], job .. ':' .. attempt)
+  -- charged once per attempt: a charge in flight, or one settled, is not charged again
+  local charged = redis.call('HEXISTS', KEYS[4], 'c:' .. job) == 1
+    or redis.call('ZSCORE', KEYS[5], job .. ':' .. attempt)
   if not charged then
     local at_v, paced = (not busy and begin == v) and '1' or '0', 0
     if line.front == job then at_v, paced = line.at_v, line.paced end
-    redis.call('HSET', KEYS[4], 'c:' .. job, table.concat({p, fmt(advance), fmt(begin), at_v, fmt(paced), ARGV[3], attempt}, '|'))
+    local c = {p, fmt(advance), fmt(begin), at_v, fmt(paced), ARGV[3], attempt}
+    redis.call('HSET', KEYS[4], 'c:' .. job, table.concat(c, '|'))
     line.f = math.min(begin + advance, MAX_TAG)
   end
   redis.call('ZREM', KEYS[3], job)

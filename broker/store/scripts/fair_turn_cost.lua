@@ -40,7 +40,11 @@ local function save(line)
     return
   end
   redis.call('HDEL', KEYS[2], key)
-  if line.f and line.f > v then redis.call('ZADD', KEYS[1], fmt(line.f), key) else redis.call('ZREM', KEYS[1], key) end
+  if line.f and line.f > v then
+    redis.call('ZADD', KEYS[1], fmt(line.f), key)
+  else
+    redis.call('ZREM', KEYS[1], key)
+  end
 end
 local line, job = load(), ARGV[8]
 if redis.call('ZSCORE', KEYS[3], job) then
