@@ -36,6 +36,7 @@ ops = st.one_of(
         st.just("settle"), st.integers(0, JOBS - 1), st.integers(1, 2), st.integers(-1, 200_000) | st.just(10**12)
     ),
     st.tuples(st.just("tick"), st.just(0), st.integers(0, 90_000) | st.just(2**49), st.just(0)),  # V at MAX_TAG too
+    st.tuples(st.just("burst"), st.integers(0, 3), st.just(0), st.just(0)),  # a key's jobs created at once
     st.tuples(st.just("pass"), st.integers(0, 3), st.integers(1, 2), st.integers(0, 2)),  # a key's first jobs granted
     st.tuples(st.just("ends"), st.integers(0, JOBS - 1), st.integers(1, 2), costs),  # a run settles
 )
@@ -135,6 +136,30 @@ class Both:
             assert await self.store.history(key) == self.model.history.get(key, History())
             assert await self.store.charge(key, self.job(i)) == self.model.charges.get(self.job(i))
 
+    async def play(self, what: str, i: int, n: int, measured: int) -> None:
+        """One op of a plan (Op); jobs are created once, before anything else happens to them."""
+        cost = None if measured < 0 else float(measured)
+        if what in ("enter", "burst"):  # one job, or every job of its key and priority
+            for j in [i] if what == "enter" else range(i, JOBS, 4):
+                if j not in self.entered:
+                    await self.enter(j)
+        elif what == "grant":  # jobs of one key and priority, in one step (the front, parked ones, or none waiting)
+            await self.step(i, [Step(self.job(j), n) for j in list(range(i, JOBS, 4))[: measured + 1]])
+        elif what == "left":
+            await self.step(i, [Step(self.job(i), left=True)])
+        elif what == "settle":
+            await self.settle(i, n, cost)
+        elif what == "pass":  # the first jobs of the key and priority of group i (jobs i, i + 4, ...)
+            queue = self.model.lines.get(self.scheduling(i)[1::-1], KeyLine()).queue
+            jobs = [int(job.rsplit("_", 1)[1]) for job in queue[: measured + 1]]
+            if jobs:
+                await self.step(jobs[0], [Step(self.job(j), n) for j in jobs])
+        elif what == "ends" and self.model.charges:  # a run in flight settles
+            job = sorted(self.model.charges)[i % len(self.model.charges)]
+            await self.settle(int(job.rsplit("_", 1)[1]), n, cost)
+        elif what == "tick":
+            self.virtual = min(self.virtual + n, fair.MAX_TAG)
+
     async def same_places(self) -> None:
         """Every waiting job of a key is in its partition's line (its key's front, at its tag) or parked: none lost."""
         for group in range(4):
@@ -160,23 +185,5 @@ async def test_the_scripts_compute_what_cost_py_computes(
     note(f"{settings_} {weights_} {plan}")
     both = Both(redis, settings_, weights_)
     for what, i, n, measured in plan:
-        if what == "enter" and i not in both.entered:
-            await both.enter(i)
-        elif what == "grant":
-            same = list(range(i, JOBS, 4))[: measured + 1]  # jobs of one key and priority, in one step
-            await both.step(i, [Step(both.job(j), n) for j in same])
-        elif what == "left":
-            await both.step(i, [Step(both.job(i), left=True)])
-        elif what == "settle":
-            await both.settle(i, n, None if measured < 0 else float(measured))
-        elif what == "pass":  # the first jobs of the key and priority of group i (jobs i, i + 4, ...)
-            queue = both.model.lines.get(both.scheduling(i)[1::-1], KeyLine()).queue
-            jobs = [int(job.rsplit("_", 1)[1]) for job in queue[: measured + 1]]
-            if jobs:
-                await both.step(jobs[0], [Step(both.job(j), n) for j in jobs])
-        elif what == "ends" and both.model.charges:  # a run in flight settles
-            job = sorted(both.model.charges)[i % len(both.model.charges)]
-            await both.settle(int(job.rsplit("_", 1)[1]), n, None if measured < 0 else float(measured))
-        elif what == "tick":
-            both.virtual = min(both.virtual + n, fair.MAX_TAG)
+        await both.play(what, i, n, measured)
         await both.same_state()
