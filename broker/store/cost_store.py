@@ -6,6 +6,8 @@ per script, each the store's copy of a function of broker/admission/cost.py, in 
     settle   fair_settle.lua     (the key's partition)  cost.settled and History.settled, once per attempt
     promote  fair_promote.lua    (the front's partition) a key's next front from the parked jobs to the line
     heads    line_heads.lua      (each job partition)   the line's and the parked jobs' heads, and the fronts' entries
+    unpark   fair_unpark.lua     (each job partition)   the parked jobs to the line, before going back to a broker
+                                                        that reads the line only
 
 A key step returns its key's front, which the caller places with `promote` (another slot): placing is idempotent,
 so a caller that died between the two leaves the front to the next step of its key. The replies are narrowed by
@@ -191,6 +193,15 @@ class CostStore:
         ]
         replies = await run_many(self._redis, self._scripts.line_heads, calls)
         return {p: heads_of(reply) for p, reply in zip(partitions, replies, strict=True)}
+
+    async def unpark(self, partition: int, most: int = 1_000) -> int:
+        """Move up to `most` of the partition's parked jobs to its line (before going back to a broker that reads the
+        line only, SPEC S4.2); the parked jobs left."""
+        reply = await self._scripts.fair_unpark(
+            keys=[keys.line(partition), keys.parked(partition), keys.fronts(partition)],
+            args=[most, keys.SIGNALS, signals.JOINED],
+        )
+        return int(cast(int, reply))
 
     async def key_line(self, key: str, priority: int) -> KeyLine:
         """The key's state as the scripts keep it (a repair slice's and the tests' read; not atomic)."""

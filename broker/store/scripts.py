@@ -66,6 +66,7 @@ NAMES = (
     "fair_promote",
     "fair_settle",
     "line_heads",
+    "fair_unpark",
 )
 
 
@@ -119,6 +120,7 @@ class Scripts:
         self.fair_promote: AsyncScript = redis.register_script(source("fair_promote"))
         self.fair_settle: AsyncScript = redis.register_script(source("fair_settle"))
         self.line_heads: AsyncScript = redis.register_script(source("line_heads"))
+        self.fair_unpark: AsyncScript = redis.register_script(source("fair_unpark"))
 
     async def run(
         self,

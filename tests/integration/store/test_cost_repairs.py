@@ -212,3 +212,20 @@ async def test_settled_attempts_and_a_keys_history_age_out_with_retention(redis:
     assert [text(member) for member in await redis.zrange(names.settled, 0, -1)] == ["job_2:1"]
     assert 0 < await redis.pttl(names.history) <= 10_000
     assert 0 < await redis.pttl(names.settled) <= 10_000
+
+
+async def test_going_back_unparks_every_waiting_job_into_the_line(redis: Redis) -> None:
+    # Given a backlog with parked jobs in several partitions
+    store = _store(redis)
+    jobs = await _backlog(store, redis, 6)
+    partitions = sorted({keys.partition_of(job) for job in jobs})
+    # When every partition is unparked, two jobs a call
+    for partition in partitions:
+        while await store.unpark(partition, most=2):
+            pass
+    # Then every job waits in its line, in its key's order by score, and nothing is parked or planned from fronts
+    places = [await redis.zscore(keys.line(keys.partition_of(job)), job) for job in jobs]
+    assert None not in places and places == sorted(places)
+    for partition in partitions:
+        assert await redis.zcard(keys.parked(partition)) == 0
+        assert await redis.exists(keys.fronts(partition)) == 0

@@ -420,7 +420,8 @@ async def _cost_turns(redis: Redis) -> object:
     assert await store.promote([step.front]) == [1]
     heads = await store.heads([keys.partition_of(second)], 10)
     assert heads[keys.partition_of(second)].fronts[0][0] == second
-    return await store.settle(JOB, 1, "team{a}", 3, 1.0, 5_000.0, 0, 2_000)
+    await store.settle(JOB, 1, "team{a}", 3, 1.0, 5_000.0, 0, 2_000)
+    return await store.unpark(keys.partition_of(second))
 
 
 SINGLE_SLOT: list[tuple[str, Operation]] = [
@@ -477,7 +478,7 @@ COVERED = {
     "reindex_job", "upstream_heard", "upstream_probe", "line_figures", "fair_top_repair", "session_turn",
     "session_release", "session_history", "callback_claim", "callback_result", "usage_record", "usage_replace",
     "quota_take", "quota_wake", "quota_forget", "fair_turn_cost", "fair_next", "fair_promote", "fair_settle",
-    "line_heads",
+    "line_heads", "fair_unpark",
 }  # fmt: skip
 
 
