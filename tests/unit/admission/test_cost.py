@@ -103,12 +103,19 @@ def test_a_stopped_front_hands_the_line_to_the_next_job_without_a_charge() -> No
     line = KeyLine()
     for job in ("j1", "j2", "j3"):
         line, _ = cost.enter(line, job, virtual=0, advance=10)
-    line, front = cost.left(line, "j1", advance=10)
+    line, front = cost.left(line, "j1")
     assert front is not None and (front.job, front.tag) == ("j2", 0) and line.queue == ("j2", "j3")
-    assert front.advance == 10  # a pass plans the key's next jobs one estimate apart, not at the front's tag
     line, none = cost.left(line, "j3")
     assert none is None and line.front == "j2" and line.queue == ("j2",)
     assert cost.left(line, "gone") == (line, None)
+
+
+def test_the_front_after_a_stopped_one_carries_its_keys_estimate() -> None:
+    line = KeyLine()
+    for job in ("j1", "j2", "j3"):
+        line, _ = cost.enter(line, job, virtual=0, advance=10)
+    _, front = cost.left(line, "j1", advance=10)
+    assert front is not None and (front.job, front.tag, front.advance) == ("j2", 0, 10)  # a pass plans j3 at 10
 
 
 def test_a_pass_plans_each_keys_next_jobs_at_its_estimate() -> None:
