@@ -36,6 +36,7 @@ ops = st.one_of(
         st.just("settle"), st.integers(0, JOBS - 1), st.integers(1, 2), st.integers(-1, 200_000) | st.just(10**12)
     ),
     st.tuples(st.just("tick"), st.just(0), st.integers(0, 90_000) | st.just(2**49), st.just(0)),  # V at MAX_TAG too
+    st.tuples(st.just("retry"), st.integers(0, JOBS - 1), st.just(0), st.just(0)),
     st.tuples(st.just("burst"), st.integers(0, 3), st.just(0), st.just(0)),  # a key's jobs created at once
     st.tuples(st.just("pass"), st.integers(0, 3), st.integers(1, 2), st.integers(0, 2)),  # a key's first jobs granted
     st.tuples(st.just("ends"), st.integers(0, JOBS - 1), st.integers(1, 2), costs),  # a run settles
@@ -78,6 +79,15 @@ class Both:
         )
         if not placed.parked:
             await self.redis.hset(keys.fronts(partition), self.job(i), Front(key, priority, placed).entry)  # type: ignore[misc]
+
+    async def retried(self, i: int) -> None:
+        key, priority, weight = self.scheduling(i)
+        line = self.model.lines.get((priority, key), KeyLine())
+        if self.job(i) not in line.queue:
+            return
+        self.now += 1
+        placed = await self.store.enter(self.job(i), key, priority, weight, self.now, self.virtual, 777)
+        assert placed == line.placed if line.front == self.job(i) else placed.parked
 
     async def taken(self, jobs: list[Step]) -> None:
         """A claim (or a stop's job write): the jobs leave their partition's line, parked jobs and fronts."""
@@ -143,6 +153,8 @@ class Both:
             for j in [i] if what == "enter" else range(i, JOBS, 4):
                 if j not in self.entered:
                     await self.enter(j)
+        elif what == "retry":  # a create retried (its job write lost) while the job waits: placed as before
+            await self.retried(i)
         elif what == "grant":  # jobs of one key and priority, in one step (the front, parked ones, or none waiting)
             await self.step(i, [Step(self.job(j), n) for j in list(range(i, JOBS, 4))[: measured + 1]])
         elif what == "left":
