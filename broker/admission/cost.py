@@ -202,9 +202,10 @@ def _without(queue: tuple[str, ...], job: str) -> tuple[str, ...]:
     return tuple(j for j in queue if j != job) if job in queue else queue
 
 
-def left(line: KeyLine, job: str) -> tuple[KeyLine, Placed | None]:
+def left(line: KeyLine, job: str, advance: int = 0) -> tuple[KeyLine, Placed | None]:
     """A waiting first attempt left without a run (stopped): off the queue; when it was the front, the next one is
-    the front at F (nothing charged)."""
+    the front at F (nothing charged), with its key's estimate `advance` (what a pass plans its next jobs by: without
+    it a pass would plan them all at the front's tag)."""
     if job not in line.queue:
         return line, None
     queue = _without(line.queue, job)
@@ -212,7 +213,7 @@ def left(line: KeyLine, job: str) -> tuple[KeyLine, Placed | None]:
         return evolve(line, queue=queue), None
     if not queue:
         return evolve(line, queue=queue, front=None, placed=None), None
-    placed = Placed(queue[0], line.finish or 0, parked=False)
+    placed = Placed(queue[0], line.finish or 0, parked=False, advance=advance)
     return evolve(line, queue=queue, front=queue[0], placed=placed), placed
 
 

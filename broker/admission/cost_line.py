@@ -122,7 +122,7 @@ class CostLine:
         if waited is None or self.attempts.get(job_id, 0) > 0:
             return
         key = (job.priority, job.key)
-        line, front = cost.left(self.keys[key], job_id)
+        line, front = cost.left(self.keys[key], job_id, self._advance(job))
         self.keys[key] = line
         if front is not None:
             self._place(self.jobs[front.job], front)

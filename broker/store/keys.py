@@ -36,6 +36,26 @@ hbr:{pN}:arrivals             zset    job id -> created ms, while the job lives 
                                      a pass orders jobs of one score by it)              job write
 hbr:{pN}:turns:<prio>        zset    fairness key of this partition -> its next start  none; fair_turn.lua
                                      tag in the priority (F, S4.2); F <= V is dropped    before a create
+hbr:{pN}:keys:<prio>         hash    `ADMISSION_FAIRNESS_COST` (S4.2 "What a turn       none; fair_turn_cost,
+                                     costs"): fairness key of this partition with        fair_next, fair_settle
+                                     waiting first attempts -> `F|projected|front|
+                                     front_tag|at_v|advance|paced` (its KeyLine,
+                                     broker/admission/cost.py); the key moves to
+                                     `turns` (F > V) or goes when its queue empties
+hbr:{pN}:q:<prio>:<K>        zset    key K's waiting first attempts -> arrival order     none; as `keys`
+                                     (created ms, kept strictly increasing): the front
+                                     is the first (pN = `fairness_partition(K)`)
+hbr:{pN}:cost:<K>            hash    K's History (`avg`, `n`, its settled runs' costs)   RUNS_RETENTION from its
+                                     and `c:<J>` = what the grant of J's run in flight   last write; as `keys`
+                                     charged, `p|units|start|at_v|paced|weight|attempt`
+hbr:{pN}:settled:<K>         zset    `<J>:<attempt>` of K's settled charges -> when      RUNS_RETENTION from its
+                                     (a second grant or settle of them charges nothing)  last write, older entries
+                                                                                       trimmed; fair_settle
+hbr:{pN}:parked              zset    first attempts waiting behind their key's front      none; job write, claim,
+                                     -> `band + projection` (fallback order only)        fair_promote
+hbr:{pN}:fronts              hash    a front of the partition's line -> `advance|more|   none; job write, claim,
+                                     next ids|key` (what a pass plans its key by; the    fair_promote
+                                     key last: it may hold any character)
 hbr:{pN}:board:outbox        stream  due board deliveries; group `senders`             acked; job write, promoter
 hbr:{pN}:board:due           zset    job id -> when a coalesced refresh is due         none; job write, sender
 hbr:{pN}:board:index         zset    job id -> sourceActivityAt + HERMES_TTL           none; job write
@@ -308,6 +328,50 @@ def arrivals(partition: int) -> str:
 def turns(partition: int, priority: int) -> str:
     """The next start tag of each fairness key of the partition (`fairness_partition`) in one priority."""
     return f"{_tag(partition)}:turns:{priority}"
+
+
+@frozen
+class CostKeys:
+    """One fairness key's keys of one priority for `ADMISSION_FAIRNESS_COST` (SPEC S4.2 "What a turn costs"), all in
+    the key's partition (`fairness_partition`), the slot of its turns: each key step is one script there."""
+
+    turns: str  #: the priority's idle keys -> F (shared with today's `turns`)
+    lines: str  #: the priority's keys with waiting jobs -> their KeyLine
+    queue: str  #: the key's waiting first attempts, arrival order
+    history: str  #: the key's History and the charges of its runs in flight
+    settled: str  #: the key's settled charges (job:attempt -> ms)
+
+    @property
+    def all(self) -> list[str]:
+        """KEYS[1..5] of the cost scripts of the key's partition."""
+        return [self.turns, self.lines, self.queue, self.history, self.settled]
+
+
+def cost_keys(fairness_key: str, priority: int) -> CostKeys:
+    """The keys of a fairness key's cost-aware turns in `priority` (SPEC S4.2)."""
+    tag = _tag(fairness_partition(fairness_key))
+    return CostKeys(
+        turns(fairness_partition(fairness_key), priority),
+        f"{tag}:keys:{priority}",
+        f"{tag}:q:{priority}:{fairness_key}",
+        cost_history(fairness_key),
+        f"{tag}:settled:{fairness_key}",
+    )
+
+
+def cost_history(fairness_key: str) -> str:
+    """A fairness key's History and in-flight charges, whatever their priority (SPEC S4.2)."""
+    return f"{_tag(fairness_partition(fairness_key))}:cost:{fairness_key}"
+
+
+def parked(partition: int) -> str:
+    """First attempts of the partition waiting behind their key's front (SPEC S4.2 "What a turn costs")."""
+    return f"{_tag(partition)}:parked"
+
+
+def fronts(partition: int) -> str:
+    """The partition's fronts -> their key's estimate, and how many wait behind them and which (SPEC S4.2)."""
+    return f"{_tag(partition)}:fronts"
 
 
 def fairness_partition(fairness_key: str) -> int:

@@ -61,6 +61,12 @@ NAMES = (
     "quota_take",
     "quota_wake",
     "quota_forget",
+    "fair_turn_cost",
+    "fair_next",
+    "fair_promote",
+    "fair_settle",
+    "line_heads",
+    "fair_unpark",
 )
 
 
@@ -108,6 +114,13 @@ class Scripts:
         self.quota_take: AsyncScript = redis.register_script(source("quota_take"))
         self.quota_wake: AsyncScript = redis.register_script(source("quota_wake"))
         self.quota_forget: AsyncScript = redis.register_script(source("quota_forget"))
+        # ADMISSION_FAIRNESS_COST (SPEC S4.2 "What a turn costs"): broker/store/cost_store.py
+        self.fair_turn_cost: AsyncScript = redis.register_script(source("fair_turn_cost"))
+        self.fair_next: AsyncScript = redis.register_script(source("fair_next"))
+        self.fair_promote: AsyncScript = redis.register_script(source("fair_promote"))
+        self.fair_settle: AsyncScript = redis.register_script(source("fair_settle"))
+        self.line_heads: AsyncScript = redis.register_script(source("line_heads"))
+        self.fair_unpark: AsyncScript = redis.register_script(source("fair_unpark"))
 
     async def run(
         self,

@@ -22,6 +22,8 @@ from redis.asyncio import Redis
 from redis.crc import key_slot
 from redis.exceptions import ClusterCrossSlotError
 
+from broker.admission import fair
+from broker.admission.cost import CostSettings
 from broker.admission.pacing import Pacing
 from broker.admission.quotas import Bound, Quota, Quotas
 from broker.events import HoldReason, JobCreated, JobFinished, JobStatus, Scheduling, StopRequested
@@ -30,6 +32,7 @@ from broker.store.admission import AdmissionStore
 from broker.store.board import BoardStore, OutboxEntry
 from broker.store.callbacks import CallbackStore, CallbackWrite
 from broker.store.connection import connect
+from broker.store.cost_store import CostStore, Step
 from broker.store.deltas import DeltaSchedule
 from broker.store.fair_top import FairTopRepair
 from broker.store.jobs import BoardWrite, JobStore
@@ -404,6 +407,23 @@ async def _return_woken(redis: Redis) -> object:
     return place
 
 
+async def _cost_turns(redis: Redis) -> object:
+    """A key's cost-aware turns (SPEC S4.2 "What a turn costs"): two creates (a front, a parked job), a pass's key
+    step, its front placed, the heads read, the settle; each script in its own slot (the key's, or the job's)."""
+    store = CostStore(redis, CostSettings(), 60_000)
+    second = "job_" + "b" * 32
+    await store.enter(JOB, "team{a}", 3, 1.0, 1_000, 0, 0)
+    placed = await store.enter(second, "team{a}", 3, 1.0, 1_001, 0, 0)
+    await redis.zadd(keys.parked(keys.partition_of(second)), {second: fair.score(3, placed.tag)})
+    step = await store.step("team{a}", 3, 1.0, 0, [Step(JOB)])
+    assert step.front is not None and step.front.placed.job == second
+    assert await store.promote([step.front]) == [1]
+    heads = await store.heads([keys.partition_of(second)], 10)
+    assert heads[keys.partition_of(second)].fronts[0][0] == second
+    await store.settle(JOB, 1, "team{a}", 3, 1.0, 5_000.0, 0, 2_000)
+    return await store.unpark(keys.partition_of(second))
+
+
 SINGLE_SLOT: list[tuple[str, Operation]] = [
     ("append_events (create)", _create),
     ("bounded create: the other partitions read, then append_events checks its own (SPEC S4.4)", _create_bounded),
@@ -443,6 +463,10 @@ SINGLE_SLOT: list[tuple[str, Operation]] = [
     ("append_events with usage facts + usage_record (each hour's usage, SPEC S4.5)", _usage),
     ("usage_replace (the rebuild of an hour's usage)", _usage_replace),
     ("quota_take + quota_wake + quota_forget, releases, renewals, budgets, figures (SPEC S4.4)", _quotas),
+    (
+        "fair_turn_cost + fair_next + fair_promote + line_heads + fair_settle (what a turn costs, SPEC S4.2)",
+        _cost_turns,
+    ),
 ]
 
 #: The scripts each operation above runs (every script of the store must be covered).
@@ -453,7 +477,8 @@ COVERED = {
     "replace_view", "remove_deltas", "board_ack", "board_promote", "release_lock",
     "reindex_job", "upstream_heard", "upstream_probe", "line_figures", "fair_top_repair", "session_turn",
     "session_release", "session_history", "callback_claim", "callback_result", "usage_record", "usage_replace",
-    "quota_take", "quota_wake", "quota_forget",
+    "quota_take", "quota_wake", "quota_forget", "fair_turn_cost", "fair_next", "fair_promote", "fair_settle",
+    "line_heads", "fair_unpark",
 }  # fmt: skip
 
 
@@ -522,6 +547,21 @@ def test_a_keys_quota_keys_map_to_the_one_quota_slot(fairness_key: str) -> None:
     names = [keys.quota_live(fairness_key), keys.quota_held(fairness_key), keys.quota_woken(fairness_key)]
     slots = {key_slot(name.encode()) for name in [*names, keys.quota_tokens(fairness_key)]}
     assert slots == {key_slot(keys.QUOTA_HELD_KEYS.encode())} == {key_slot(keys.QUOTA_HOLDS.encode())}
+
+
+@given(st.text(max_size=64), st.sampled_from(fair.PRIORITIES))
+def test_a_keys_cost_keys_map_to_the_slot_of_its_turns(fairness_key: str, priority: int) -> None:
+    own = keys.cost_keys(fairness_key, priority)
+    assert {key_slot(name.encode()) for name in own.all} == {key_slot(own.turns.encode())}
+    assert own.turns == keys.turns(keys.fairness_partition(fairness_key), priority)
+    assert len(set(own.all)) == len(own.all)
+
+
+@pytest.mark.parametrize("job_id", [JOB, "job_" + "0" * 32, "job_a"])
+def test_the_parked_jobs_and_fronts_share_their_lines_slot(job_id: str) -> None:
+    partition = keys.partition_of(job_id)
+    names = [keys.line(partition), keys.parked(partition), keys.fronts(partition), keys.view(job_id)]
+    assert len({key_slot(name.encode()) for name in names}) == 1
 
 
 def test_the_partitions_spread_over_many_slots() -> None:

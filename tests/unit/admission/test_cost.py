@@ -110,6 +110,14 @@ def test_a_stopped_front_hands_the_line_to_the_next_job_without_a_charge() -> No
     assert cost.left(line, "gone") == (line, None)
 
 
+def test_the_front_after_a_stopped_one_carries_its_keys_estimate() -> None:
+    line = KeyLine()
+    for job in ("j1", "j2", "j3"):
+        line, _ = cost.enter(line, job, virtual=0, advance=10)
+    _, front = cost.left(line, "j1", advance=10)
+    assert front is not None and (front.job, front.tag, front.advance) == ("j2", 0, 10)  # a pass plans j3 at 10
+
+
 def test_a_pass_plans_each_keys_next_jobs_at_its_estimate() -> None:
     band = fair.score(3, 0)
     short = cost.Head(cost.rank(band + 100, parked=False), "s1", 1.0, advance=1_000, more=50)

@@ -1,0 +1,271 @@
+"""The Redis side of cost-aware fair shares (SPEC S4.2 "What a turn costs", `ADMISSION_FAIRNESS_COST`): one method
+per script, each the store's copy of a function of broker/admission/cost.py, in one slot.
+
+    enter    fair_turn_cost.lua  (the key's partition)  cost.enter: the job is its key's front, or parked
+    step     fair_next.lua       (the key's partition)  cost.granted / cost.left for the jobs of one key a pass claimed
+    settle   fair_settle.lua     (the key's partition)  cost.settled and History.settled, once per attempt
+    promote  fair_promote.lua    (the front's partition) a key's next front from the parked jobs to the line
+    heads    line_heads.lua      (each job partition)   the line's and the parked jobs' heads, and the fronts' entries
+    unpark   fair_unpark.lua     (each job partition)   the parked jobs to the line, before going back to a broker
+                                                        that reads the line only
+
+A key step returns its key's front, which the caller places with `promote` (another slot): placing is idempotent,
+so a caller that died between the two leaves the front to the next step of its key. The replies are narrowed by
+the pure functions at the bottom. Nothing in the running broker calls this yet (the admission pass will).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import cast
+
+from attrs import frozen
+from redis.asyncio import Redis
+
+from broker.admission import fair
+from broker.admission.cost import Charge, CostSettings, History, KeyLine, Placed
+from broker.store import keys, signals
+from broker.store.replies import scored, text
+from broker.store.scripts import Scripts, run_many
+
+NEXT = 16  #: the waiting jobs behind a front a key step names (what a pass may plan without reading the key)
+
+
+@frozen
+class Front:
+    """A key's front as a key step left it: where it goes in its partition's line, how many of its key's jobs wait
+    behind it (`more`) and the first of them (`next`)."""
+
+    key: str
+    priority: int
+    placed: Placed
+    more: int = 0
+    next: tuple[str, ...] = ()
+
+    @property
+    def score(self) -> int:
+        return fair.score(self.priority, self.placed.tag)
+
+    @property
+    def entry(self) -> str:
+        """Its `fronts` entry: `advance|more|next ids|key` (the key last: a fairness key may hold any character)."""
+        return f"{self.placed.advance}|{self.more}|{' '.join(self.next)}|{self.key}"
+
+    @property
+    def message(self) -> str:
+        """What joining the line publishes: `new S A J` for a front at V (a newcomer), else `line J`."""
+        if self.placed.at_v:
+            return signals.newcomer_message(self.placed.job, self.score, self.placed.paced)
+        return signals.joined_message(self.placed.job)
+
+
+@frozen
+class Entry:
+    """A front's `fronts` entry as a pass reads it (line_heads.lua)."""
+
+    advance: int
+    more: int
+    next: tuple[str, ...]
+    key: str
+
+
+@frozen
+class Heads:
+    """One partition's heads: the line's first jobs and the parked jobs' first, by score, and the line's fronts."""
+
+    line: tuple[tuple[str, float], ...] = ()
+    parked: tuple[tuple[str, float], ...] = ()
+    fronts: tuple[tuple[str, Entry], ...] = ()
+
+
+@frozen
+class Step:
+    """A job of a key a pass took: granted (its run starts) or `left` (stopped, or gone, while it waited)."""
+
+    job: str
+    attempt: int = 1
+    left: bool = False
+
+
+@frozen
+class KeyStep:
+    """What a key step did: how many jobs it charged, and the key's front to place (None: none waits)."""
+
+    charged: int
+    front: Front | None
+
+
+@frozen
+class Settled:
+    """What a settle did (fair_settle.lua): `applied` False when that attempt was settled before; `delta` the
+    correction of F; `at_v`, `paced`, `units` what admission_release.lua needs for cost.pushed (`units` None: nothing
+    measured); the key's front to place."""
+
+    applied: bool
+    delta: int
+    at_v: bool
+    paced: int
+    units: int | None
+    front: Front | None
+
+
+class CostStore:
+    """Cost-aware turns of the fairness keys (SPEC S4.2), for one `ADMISSION_FAIRNESS_COST` setting."""
+
+    def __init__(self, redis: Redis, settings: CostSettings, retention_ms: int, scripts: Scripts | None = None) -> None:
+        self._redis = redis
+        self._settings = settings
+        self._retention_ms = retention_ms  #: RUNS_RETENTION: a key's History and settled charges age out with it
+        self._scripts = scripts or Scripts(redis)
+
+    def _args(self, key: str, priority: int, weight: float, virtual: int) -> list[str | int]:
+        s = self._settings
+        return [key, priority, repr(float(weight)), virtual, s.mode.value, s.guess, self._retention_ms]
+
+    async def enter(
+        self, job: str, key: str, priority: int, weight: float, created_ms: int, virtual: int, paced: int
+    ) -> Placed:
+        """A first attempt is created (cost.enter at `virtual`, cost.entering's V): its key's front, or parked."""
+        reply = await self._scripts.fair_turn_cost(
+            keys=keys.cost_keys(key, priority).all,
+            args=[*self._args(key, priority, weight, virtual), job, created_ms, paced],
+        )
+        tag, parked, at_v, advance, placed_paced = (int(x) for x in _strings(reply))
+        return Placed(job, tag, parked == 1, at_v == 1, advance, placed_paced)
+
+    async def step(self, key: str, priority: int, weight: float, virtual: int, jobs: Sequence[Step]) -> KeyStep:
+        """One key's step (fair_next.lua) for the jobs a pass took of it, in order."""
+        return (await self.steps([(key, priority, weight, virtual, jobs)]))[0]
+
+    async def steps(self, calls: Sequence[tuple[str, int, float, int, Sequence[Step]]]) -> list[KeyStep]:
+        """Several keys' steps, one pipeline (one script per key, in its partition)."""
+        script_calls: list[tuple[Sequence[str], Sequence[str | int]]] = []
+        for key, priority, weight, virtual, jobs in calls:
+            each = [x for j in jobs for x in (j.job, j.attempt, "left" if j.left else "grant")]
+            script_calls.append(
+                (keys.cost_keys(key, priority).all, [*self._args(key, priority, weight, virtual), *each])
+            )
+        replies = await run_many(self._redis, self._scripts.fair_next, script_calls)
+        steps = []
+        for (key, priority, *_), reply in zip(calls, replies, strict=True):
+            items = _strings(reply)
+            steps.append(KeyStep(int(items[0]), front_of(key, priority, items[1:])))
+        return steps
+
+    async def settle(
+        self,
+        job: str,
+        attempt: int,
+        key: str,
+        priority: int,
+        weight: float,
+        measured: float | None,
+        virtual: int,
+        now_ms: int,
+    ) -> Settled:
+        """A run settled having cost `measured` (cost.measured; None: nothing measured): F corrected, the History
+        learnt, once per attempt (fair_settle.lua)."""
+        cost = "" if measured is None else repr(float(measured))
+        reply = await self._scripts.fair_settle(
+            keys=keys.cost_keys(key, priority).all,
+            args=[*self._args(key, priority, weight, virtual), job, attempt, cost, now_ms],
+        )
+        items = _strings(reply)
+        applied, delta, at_v, paced, units = items[:5]
+        front = front_of(key, priority, items[5:])
+        return Settled(applied == "1", int(delta), at_v == "1", int(paced), int(units) if units else None, front)
+
+    async def promote(self, fronts: Sequence[Front]) -> list[int]:
+        """Place each front in its partition's line (fair_promote.lua, one pipeline): 1 joined, 2 there already, 0
+        gone (claimed or stopped: its key's step reports it `left`)."""
+        calls: list[tuple[Sequence[str], Sequence[str | int]]] = []
+        for front in fronts:
+            job = front.placed.job
+            p = keys.partition_of(job)
+            script_keys = [keys.line(p), keys.parked(p), keys.fronts(p), keys.view(job)]
+            calls.append((script_keys, [job, front.score, front.entry, keys.SIGNALS, front.message]))
+        return [int(cast(int, reply)) for reply in await run_many(self._redis, self._scripts.fair_promote, calls)]
+
+    async def heads(self, partitions: Sequence[int], depth: int) -> dict[int, Heads]:
+        """The heads of each partition (line_heads.lua, one pipeline)."""
+        calls: list[tuple[Sequence[str], Sequence[str | int]]] = [
+            ([keys.line(p), keys.parked(p), keys.fronts(p)], [depth]) for p in partitions
+        ]
+        replies = await run_many(self._redis, self._scripts.line_heads, calls)
+        return {p: heads_of(reply) for p, reply in zip(partitions, replies, strict=True)}
+
+    async def unpark(self, partition: int, most: int = 1_000) -> int:
+        """Move up to `most` of the partition's parked jobs to its line (before going back to a broker that reads the
+        line only, SPEC S4.2); the parked jobs left."""
+        reply = await self._scripts.fair_unpark(
+            keys=[keys.line(partition), keys.parked(partition), keys.fronts(partition)],
+            args=[most, keys.SIGNALS, signals.JOINED],
+        )
+        return int(cast(int, reply))
+
+    async def key_line(self, key: str, priority: int) -> KeyLine:
+        """The key's state as the scripts keep it (a repair slice's and the tests' read; not atomic)."""
+        names = keys.cost_keys(key, priority)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.hget(names.lines, key)
+            pipe.zscore(names.turns, key)
+            pipe.zrange(names.queue, 0, -1)
+            raw, idle, queue = await pipe.execute()
+        return line_of(None if raw is None else text(raw), idle, tuple(text(job) for job in queue))
+
+    async def history(self, key: str) -> History:
+        raw = await self._redis.hmget(keys.cost_history(key), ["avg", "n"])
+        avg, n = (None if x is None else text(x) for x in raw)
+        return History(float(avg or 0), int(n or 0))
+
+    async def charge(self, key: str, job: str) -> Charge | None:
+        """What the grant of the job's run in flight charged its key (None: nothing in flight)."""
+        raw = await self._redis.hget(keys.cost_history(key), f"c:{job}")
+        return None if raw is None else charge_of(key, text(raw))
+
+
+def _strings(reply: object) -> list[str]:
+    return [text(x) for x in cast(list[object], reply)]
+
+
+def front_of(key: str, priority: int, items: Sequence[str]) -> Front | None:
+    """A key step's front from its reply `front, tag, at_v, advance, paced, more, next ids...` (front '': none)."""
+    if not items or not items[0]:
+        return None
+    job, tag, at_v, advance, paced, more = items[:6]
+    placed = Placed(job, int(tag), parked=False, at_v=at_v == "1", advance=int(advance), paced=int(paced))
+    return Front(key, priority, placed, int(more), tuple(items[6:]))
+
+
+def charge_of(key: str, raw: str) -> Charge:
+    """A `c:<job>` field: `priority|units|start|at_v|paced|weight|attempt`."""
+    priority, units, start, at_v, paced, weight, _ = raw.split("|")
+    return Charge(key, int(priority), float(weight), int(units), int(start), at_v == "1", int(paced))
+
+
+def line_of(raw: str | None, idle: float | None, queue: tuple[str, ...]) -> KeyLine:
+    """A key's KeyLine from its `keys` field (None: idle, its F in `turns` or none) and its queue."""
+    if raw is None:
+        return KeyLine(finish=None if idle is None else int(idle), queue=queue)
+    finish, projected, front, tag, at_v, advance, paced = raw.split("|")
+    placed = (
+        Placed(front, int(tag), parked=False, at_v=at_v == "1", advance=int(advance), paced=int(paced))
+        if front
+        else None
+    )
+    return KeyLine(int(finish), int(projected), front or None, placed, queue)
+
+
+def heads_of(reply: object) -> Heads:
+    """line_heads.lua's reply as Heads."""
+    line, parked, entries = cast(list[object], reply)
+    read = scored(line)
+    fronts = [
+        (job, entry_of(text(raw))) for (job, _), raw in zip(read, cast(list[object], entries), strict=True) if raw
+    ]
+    return Heads(tuple(read), tuple(scored(parked)), tuple(fronts))
+
+
+def entry_of(raw: str) -> Entry:
+    advance, more, following, key = raw.split("|", 3)
+    return Entry(int(advance), int(more), tuple(following.split()), key)

@@ -1,0 +1,92 @@
+-- A pass's key step (SPEC S4.2 "What a turn costs"; broker/admission/cost.py `granted` and `left`): the jobs of one
+-- fairness key a pass claimed, in order, leave the key's queue; each granted one charges the key its estimate once
+-- (`c:<job>` written only when no charge of the job is in flight nor settled for that attempt: a second call, a
+-- takeover or a settle, charges nothing); a job reported gone (`left`) charges nothing. The key's next job becomes
+-- its front at the new F. Returns the front to place (fair_promote.lua, in its own partition): placing is idempotent.
+-- KEYS[1] the priority's turns zset   KEYS[2] the priority's keys hash   KEYS[3] the key's queue zset
+-- KEYS[4] the key's cost hash   KEYS[5] the key's settled zset   (one slot: the key's partition {pK})
+-- ARGV[1] fairness key   ARGV[2] priority   ARGV[3] weight   ARGV[4] V   ARGV[5] mode   ARGV[6] guess
+-- ARGV[7] retention ms   then per job: ARGV[i] job, ARGV[i+1] attempt, ARGV[i+2] `grant` or `left`
+-- Returns {charged, front, tag, at_v, advance, paced, more, next ids...} (front '' when the key has none)
+local MAX_TAG, MAX_ADVANCE, UNIT, FLOOR = 2 ^ 50 - 1, 2 ^ 30, 10000, 1
+local key, p, weight, v = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local function fmt(x) return string.format('%.0f', x) end
+local function charge(c, w)
+  if w <= 0 or c / w >= MAX_ADVANCE then return MAX_ADVANCE end
+  return math.max(FLOOR, math.min(MAX_ADVANCE, math.floor(c / w + 0.5)))
+end
+local function estimate()
+  if ARGV[5] == 'runs' then return charge(UNIT, weight) end
+  local h = redis.call('HMGET', KEYS[4], 'avg', 'n')
+  if tonumber(h[2] or '0') > 0 then return charge(tonumber(h[1]), weight) end
+  return charge(tonumber(ARGV[6]), weight)
+end
+local function load()
+  local raw = redis.call('HGET', KEYS[2], key)
+  if not raw then return {f = tonumber(redis.call('ZSCORE', KEYS[1], key) or ''), projected = 0} end
+  local x = {}
+  for part in string.gmatch(raw .. '|', '([^|]*)|') do x[#x + 1] = part end
+  local front = x[3] ~= '' and x[3] or nil
+  return {f = tonumber(x[1]), projected = tonumber(x[2]), front = front, tag = tonumber(x[4]), at_v = x[5],
+    advance = tonumber(x[6]), paced = tonumber(x[7])}
+end
+local function save(line)
+  if redis.call('ZCARD', KEYS[3]) > 0 then
+    redis.call('HSET', KEYS[2], key, table.concat({fmt(line.f), fmt(line.projected), line.front or '',
+      fmt(line.tag or 0), line.at_v or '0', fmt(line.advance or 0), fmt(line.paced or 0)}, '|'))
+    redis.call('ZREM', KEYS[1], key)
+    return
+  end
+  redis.call('HDEL', KEYS[2], key)
+  if line.f and line.f > v then
+    redis.call('ZADD', KEYS[1], fmt(line.f), key)
+  else
+    redis.call('ZREM', KEYS[1], key)
+  end
+end
+local function promoted(line, first, tag, advance)
+  line.front, line.tag, line.at_v, line.advance, line.paced = first, tag, '0', advance, 0
+end
+local function granted(line, job, attempt, advance)
+  local busy = redis.call('ZCARD', KEYS[3]) > 0
+  local begin = (busy and line.f) or math.min(math.max(line.f or 0, v), MAX_TAG)
+  -- charged once per attempt: a charge in flight, or one settled, is not charged again
+  local charged = redis.call('HEXISTS', KEYS[4], 'c:' .. job) == 1
+    or redis.call('ZSCORE', KEYS[5], job .. ':' .. attempt)
+  if not charged then
+    local at_v, paced = (not busy and begin == v) and '1' or '0', 0
+    if line.front == job then at_v, paced = line.at_v, line.paced end
+    local c = {p, fmt(advance), fmt(begin), at_v, fmt(paced), ARGV[3], attempt}
+    redis.call('HSET', KEYS[4], 'c:' .. job, table.concat(c, '|'))
+    line.f = math.min(begin + advance, MAX_TAG)
+  end
+  redis.call('ZREM', KEYS[3], job)
+  local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  if line.front and line.front ~= job and first == line.front then return not charged end
+  if not first then line.front = nil return not charged end
+  promoted(line, first, line.f or 0, advance)
+  line.projected = math.max(line.projected, line.tag + advance)
+  return not charged
+end
+local function left(line, job, advance)
+  if redis.call('ZREM', KEYS[3], job) == 0 or line.front ~= job then return end
+  local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  if not first then line.front = nil return end
+  promoted(line, first, line.f or 0, advance)
+end
+local line, advance, charged = load(), estimate(), 0
+for i = 8, #ARGV, 3 do
+  if ARGV[i + 2] == 'left' then
+    left(line, ARGV[i], advance)
+  elseif granted(line, ARGV[i], ARGV[i + 1], advance) then
+    charged = charged + 1
+  end
+end
+save(line)
+if charged > 0 then redis.call('PEXPIRE', KEYS[4], ARGV[7]) end
+if not line.front then return {charged, ''} end
+local queue = redis.call('ZRANGE', KEYS[3], 0, 16)
+local more = queue[1] == line.front and redis.call('ZCARD', KEYS[3]) - 1 or 0
+local reply = {charged, line.front, fmt(line.tag), line.at_v, fmt(line.advance), fmt(line.paced), more}
+for i = 2, math.min(#queue, more + 1) do reply[#reply + 1] = queue[i] end
+return reply

@@ -1,0 +1,112 @@
+-- A run's settle (SPEC S4.2 "What a turn costs"; broker/admission/cost.py `settled` and `History.settled`): the
+-- charge its grant wrote (`c:<job>`) is taken and F corrected by the measured cost minus it (a key with waiting jobs
+-- keeps a credit below V; an idle key's F moves from max(F, V)), and the key's History learns the measured cost. Once
+-- per attempt: `<job>:<attempt>` goes into the settled zset, and a second settle (the driver's and the usage sweep's)
+-- charges and learns nothing. No charge found and none settled: the grant's key step never ran (a crash after the
+-- claim, or an older replica granted it): fair_next.lua's work is done first, charging the measured cost.
+-- KEYS[1] the priority's turns zset   KEYS[2] the priority's keys hash   KEYS[3] the key's queue zset
+-- KEYS[4] the key's cost hash   KEYS[5] the key's settled zset   (one slot: the key's partition {pK})
+-- ARGV[1] fairness key   ARGV[2] priority   ARGV[3] weight   ARGV[4] V   ARGV[5] mode   ARGV[6] guess
+-- ARGV[7] retention ms   ARGV[8] job   ARGV[9] attempt   ARGV[10] measured cost ('': none, the estimate stands)
+-- ARGV[11] now (epoch ms)
+-- Returns {applied, delta, at_v, paced, units, front, tag, at_v, advance, paced, more, next ids...}: applied 0 when
+-- settled before; units '' when nothing was measured; front '' when the key has none
+local MAX_TAG, MAX_ADVANCE, UNIT, FLOOR = 2 ^ 50 - 1, 2 ^ 30, 10000, 1
+local key, p, weight, v = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local function fmt(x) return string.format('%.0f', x) end
+local function charge(c, w)
+  if w <= 0 or c / w >= MAX_ADVANCE then return MAX_ADVANCE end
+  return math.max(FLOOR, math.min(MAX_ADVANCE, math.floor(c / w + 0.5)))
+end
+local function estimate()
+  if ARGV[5] == 'runs' then return charge(UNIT, weight) end
+  local h = redis.call('HMGET', KEYS[4], 'avg', 'n')
+  if tonumber(h[2] or '0') > 0 then return charge(tonumber(h[1]), weight) end
+  return charge(tonumber(ARGV[6]), weight)
+end
+local function load()
+  local raw = redis.call('HGET', KEYS[2], key)
+  if not raw then return {f = tonumber(redis.call('ZSCORE', KEYS[1], key) or ''), projected = 0} end
+  local x = {}
+  for part in string.gmatch(raw .. '|', '([^|]*)|') do x[#x + 1] = part end
+  local front = x[3] ~= '' and x[3] or nil
+  return {f = tonumber(x[1]), projected = tonumber(x[2]), front = front, tag = tonumber(x[4]), at_v = x[5],
+    advance = tonumber(x[6]), paced = tonumber(x[7])}
+end
+local function save(line)
+  if redis.call('ZCARD', KEYS[3]) > 0 then
+    redis.call('HSET', KEYS[2], key, table.concat({fmt(line.f), fmt(line.projected), line.front or '',
+      fmt(line.tag or 0), line.at_v or '0', fmt(line.advance or 0), fmt(line.paced or 0)}, '|'))
+    redis.call('ZREM', KEYS[1], key)
+    return
+  end
+  redis.call('HDEL', KEYS[2], key)
+  if line.f and line.f > v then
+    redis.call('ZADD', KEYS[1], fmt(line.f), key)
+  else
+    redis.call('ZREM', KEYS[1], key)
+  end
+end
+local function promoted(line, first, tag, advance)
+  line.front, line.tag, line.at_v, line.advance, line.paced = first, tag, '0', advance, 0
+end
+local function granted(line, job, attempt, advance)
+  local busy = redis.call('ZCARD', KEYS[3]) > 0
+  local begin = (busy and line.f) or math.min(math.max(line.f or 0, v), MAX_TAG)
+  -- charged once per attempt: a charge in flight, or one settled, is not charged again
+  local charged = redis.call('HEXISTS', KEYS[4], 'c:' .. job) == 1
+    or redis.call('ZSCORE', KEYS[5], job .. ':' .. attempt)
+  if not charged then
+    local at_v, paced = (not busy and begin == v) and '1' or '0', 0
+    if line.front == job then at_v, paced = line.at_v, line.paced end
+    local c = {p, fmt(advance), fmt(begin), at_v, fmt(paced), ARGV[3], attempt}
+    redis.call('HSET', KEYS[4], 'c:' .. job, table.concat(c, '|'))
+    line.f = math.min(begin + advance, MAX_TAG)
+  end
+  redis.call('ZREM', KEYS[3], job)
+  local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  if line.front and line.front ~= job and first == line.front then return not charged end
+  if not first then line.front = nil return not charged end
+  promoted(line, first, line.f or 0, advance)
+  line.projected = math.max(line.projected, line.tag + advance)
+  return not charged
+end
+local line, job, member = load(), ARGV[8], ARGV[8] .. ':' .. ARGV[9]
+local measured = tonumber(ARGV[10])
+local units = measured and charge(measured, weight)
+local applied, delta, at_v, paced = 0, 0, '0', 0
+if not redis.call('ZSCORE', KEYS[5], member) then
+  if redis.call('HEXISTS', KEYS[4], 'c:' .. job) == 0 then granted(line, job, ARGV[9], units or estimate()) end
+  local c = {}
+  for part in string.gmatch(redis.call('HGET', KEYS[4], 'c:' .. job) .. '|', '([^|]*)|') do c[#c + 1] = part end
+  redis.call('HDEL', KEYS[4], 'c:' .. job)
+  applied, at_v, paced = 1, c[4], tonumber(c[5])
+  if units then
+    delta = math.max(units, FLOOR) - tonumber(c[2])
+    if delta ~= 0 and redis.call('ZCARD', KEYS[3]) > 0 and line.f then
+      line.f = math.max(0, math.min(line.f + delta, MAX_TAG))
+    elseif delta ~= 0 then
+      local f = math.min(math.min(math.max(line.f or 0, v), MAX_TAG) + delta, MAX_TAG)
+      line.f = f > v and f or nil
+    end
+    local h = redis.call('HMGET', KEYS[4], 'avg', 'n')
+    local avg, n = tonumber(h[1] or '0'), tonumber(h[2] or '0')
+    avg = avg + (measured - avg) / math.min(n + 1, 8)
+    redis.call('HSET', KEYS[4], 'avg', string.format('%.17g', avg), 'n', n + 1)
+  end
+  local now = tonumber(ARGV[11])
+  redis.call('ZADD', KEYS[5], ARGV[11], member)
+  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. fmt(now - tonumber(ARGV[7])))
+  redis.call('PEXPIRE', KEYS[5], ARGV[7])
+  if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('PEXPIRE', KEYS[4], ARGV[7]) end
+  save(line)
+end
+local reply = {applied, fmt(delta), at_v, fmt(paced), units and fmt(units) or ''}
+if not line.front then reply[#reply + 1] = '' return reply end
+local queue = redis.call('ZRANGE', KEYS[3], 0, 16)
+local more = queue[1] == line.front and redis.call('ZCARD', KEYS[3]) - 1 or 0
+for _, x in ipairs({line.front, fmt(line.tag), line.at_v, fmt(line.advance), fmt(line.paced), more}) do
+  reply[#reply + 1] = x
+end
+for i = 2, math.min(#queue, more + 1) do reply[#reply + 1] = queue[i] end
+return reply
