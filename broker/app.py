@@ -24,8 +24,8 @@ from broker.callbacks.sender import CallbackDelivery, CallbackSender
 from broker.clock import Clock, SystemClock
 from broker.config import Config
 from broker.console import routes as console
+from broker.driver.deps import Deps
 from broker.driver.gate import Gate
-from broker.driver.runner import Deps
 from broker.driver.supervisor import Supervisor
 from broker.errors import LegacyLayout
 from broker.hermes.client import HermesClient

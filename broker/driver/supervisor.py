@@ -24,8 +24,9 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from broker.admission.state import line_place
+from broker.driver.deps import Deps, Ending
 from broker.driver.prober import Prober
-from broker.driver.runner import Deps, Ending, Runner
+from broker.driver.runner import Runner
 from broker.errors import JobNotFound, LeaseLost, NotReplicated
 from broker.ids import new_replica_id
 from broker.logging import get_logger
