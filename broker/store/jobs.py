@@ -150,8 +150,15 @@ class JobStore:
         """Read what a create goes by (the line's virtual time, the store's event format) before the first create
         comes: a create that waits for a read after its request arrived may be overtaken by later ones, and take its
         place in the line after theirs."""
-        self._virtual.learn(await self._first_read(lambda: read_virtual(self._redis)), now_ms)
-        await self.format.packed()
+        try:
+            self._virtual.learn(await self._first_read(lambda: read_virtual(self._redis)), now_ms)
+            await self.format.packed()
+        except Exception as error:  # the first creates read them (a cluster node down at start: serve anyway)
+            if not is_outage(error):
+                raise
+            get_logger(type(self)).warning(
+                "Could not read what creates go by yet: the first creates read it.", exc_info=error
+            )
 
     async def _turn(self, view: JobView, now_ms: int) -> tuple[str, list[str | int]]:
         """The turns key of a new job's fairness key and priority, and fair_turn.lua's ARGV for it."""

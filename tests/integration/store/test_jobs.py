@@ -6,6 +6,8 @@ import asyncio
 
 import pytest
 from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from broker.codec import decode_view
 from broker.errors import JobNotFound, LeaseLost, StreamConflict
@@ -23,7 +25,7 @@ from broker.events import (
 from broker.store import keys, signals
 from broker.store.jobs import JobStore
 from projections.job import JobView, fold
-from tests.conftest import BOTH_BACKENDS
+from tests.conftest import BOTH_BACKENDS, free_port
 
 pytestmark = BOTH_BACKENDS
 
@@ -266,3 +268,15 @@ async def test_a_write_that_changes_neither_status_nor_updated_at_leaves_the_lis
     calls = await _commands(redis)
     assert "zadd" not in calls and "zrem" not in calls and calls["xadd"] == 2
     assert await redis.zscore(keys.runs_index(keys.partition_of(JOB), "running"), JOB) == T0 + 1
+
+
+async def test_a_store_that_cannot_read_at_start_still_takes_creates_once_redis_answers(redis: Redis) -> None:
+    # Given a store whose Redis does not answer yet (a cluster node down as the replica starts)
+    nobody = Redis(port=free_port(), retry=Retry(NoBackoff(), 0))
+    await JobStore(nobody, retention_ms=60_000).warm(1_000)  # Then reading ahead of creates does not stop the replica
+    await nobody.aclose()
+    # And a store that read ahead creates as before
+    store = JobStore(redis, retention_ms=60_000)
+    await store.warm(1_000)
+    created = await store.create(_created("job_warm"), _view(_created("job_warm")))
+    assert created.created
