@@ -11,7 +11,7 @@ per script, each the store's copy of a function of broker/admission/cost.py, in 
 
 A key step returns its key's front, which the caller places with `promote` (another slot): placing is idempotent,
 so a caller that died between the two leaves the front to the next step of its key. The replies are narrowed by
-the pure functions at the bottom. Nothing in the running broker calls this yet (the admission pass will).
+the pure functions at the bottom. The job store's creates and stops call it through broker/store/cost_entry.py.
 """
 
 from __future__ import annotations
@@ -123,12 +123,13 @@ class CostStore:
         return [key, priority, repr(float(weight)), virtual, s.mode.value, s.guess, self._retention_ms]
 
     async def enter(
-        self, job: str, key: str, priority: int, weight: float, created_ms: int, virtual: int, paced: int
+        self, job: str, key: str, priority: int, weight: float, created_ms: int, virtual: int, paced: int | None
     ) -> Placed:
-        """A first attempt is created (cost.enter at `virtual`, cost.entering's V): its key's front, or parked."""
+        """A first attempt is created (cost.enter at `virtual`, cost.entering's V): its key's front, or parked.
+        `paced`: what V moves past it by when it starts at V (None: its key's estimate)."""
         reply = await self._scripts.fair_turn_cost(
             keys=keys.cost_keys(key, priority).all,
-            args=[*self._args(key, priority, weight, virtual), job, created_ms, paced],
+            args=[*self._args(key, priority, weight, virtual), job, created_ms, "" if paced is None else paced],
         )
         tag, parked, at_v, advance, placed_paced = (int(x) for x in _strings(reply))
         return Placed(job, tag, parked == 1, at_v == 1, advance, placed_paced)

@@ -424,6 +424,32 @@ async def _cost_turns(redis: Redis) -> object:
     return await store.unpark(keys.partition_of(second))
 
 
+async def _cost_create_and_stop(redis: Redis) -> object:
+    """Creates under ADMISSION_FAIRNESS_COST time (fair_turn_cost.lua, then append_events.lua with the parked jobs or
+    the fronts) and a stop of the front (append_events.lua leaving the line and the fronts, fair_next.lua `left`,
+    fair_promote.lua of the key's next job)."""
+    store = JobStore(redis, retention_ms=60_000, cost=CostSettings())
+    second = "job_" + "b" * 32
+    for n, job_id in enumerate((JOB, second)):
+        event = JobCreated(
+            job_id=job_id, at_ms=1_000 + n, body="{}", fingerprint=str(n), scheduling=Scheduling(fairness_key="t{a}")
+        )
+        view = apply(None, event)
+        assert view is not None
+        await store.create(event, view)
+    assert await redis.zscore(keys.parked(keys.partition_of(second)), second) is not None
+    snapshot = await store.load(JOB)
+    assert snapshot is not None
+    stop = StopRequested(job_id=JOB, at_ms=1_100)
+    finished = JobFinished(job_id=JOB, at_ms=1_100, status=JobStatus.CANCELLED, error_code="stopped")
+    view = fold([stop, finished], snapshot.view)
+    assert view is not None
+    await store.append(JOB, [stop, finished], view, expected_last_id=None, before=snapshot.view)
+    place = await redis.zscore(keys.line(keys.partition_of(second)), second)
+    assert place is not None  # the key's next job is its front
+    return place
+
+
 SINGLE_SLOT: list[tuple[str, Operation]] = [
     ("append_events (create)", _create),
     ("bounded create: the other partitions read, then append_events checks its own (SPEC S4.4)", _create_bounded),
@@ -466,6 +492,10 @@ SINGLE_SLOT: list[tuple[str, Operation]] = [
     (
         "fair_turn_cost + fair_next + fair_promote + line_heads + fair_settle (what a turn costs, SPEC S4.2)",
         _cost_turns,
+    ),
+    (
+        "fair_turn_cost + append_events (a create parked or a front) + a stop (fair_next left, fair_promote)",
+        _cost_create_and_stop,
     ),
 ]
 

@@ -1,0 +1,73 @@
+"""A job's entry to and exit from its key's queue when `ADMISSION_FAIRNESS_COST` is `time` or `tokens` (SPEC S4.2 "What
+a turn costs"; broker/admission/cost.py): the job store's side of broker/store/cost_store.py.
+
+    create  fair_turn_cost.lua first (the key's partition), then the job write (the job's partition) puts the job in
+            the line as its key's front, with its fronts entry, or among the parked jobs (`fields`)
+    end     the job write of a job that ends while it waits takes it off the line or the parked jobs; then its key's
+            step (`left`) drops it from the key's queue, and a front it was is followed by the key's next one
+
+On a single Redis as on a cluster the key's script runs before the job write: a create that dies between the two
+leaves the job id in its key's queue (design 8: the client's retry places it again; `left` drops it when the write
+was refused or the job exists finished). `runs` keeps today's path (fair_turn.lua, fixed tags at create): the job
+store then has no CostEntry.
+"""
+
+from __future__ import annotations
+
+from redis.asyncio import Redis
+
+from broker.admission import fair
+from broker.admission.cost import CostSettings, Placed
+from broker.store import signals
+from broker.store.cost_store import CostStore, Front, Step
+from broker.store.scripts import Scripts
+from projections.job import JobView
+
+#: Fronts found gone in a row that one `left` follows (each reported `left` in turn); the rest wait for the next step.
+GONE_ROUNDS = 3
+
+
+class CostEntry:
+    """Creates and ends of first attempts in cost-aware fair shares."""
+
+    def __init__(self, redis: Redis, settings: CostSettings, retention_ms: int, scripts: Scripts | None = None) -> None:
+        self.store = CostStore(redis, settings, retention_ms, scripts)
+
+    async def enter(self, job_id: str, view: JobView, virtual: int) -> Placed:
+        """The job joins its key's queue (fair_turn_cost.lua at the line's V): its key's front, or parked."""
+        s = view.scheduling
+        return await self.store.enter(
+            job_id, s.fairness_key, s.priority, s.fairness_weight, view.created_at_ms, virtual, None
+        )
+
+    @staticmethod
+    def fields(job_id: str, view: JobView, placed: Placed, write: dict[str, object]) -> None:
+        """What the create's job write carries for `placed` (fields beside job_write.entering's): the place, the
+        `cost` object of append_events.lua and, for a front at V, `new S A J` with A its key's pacing (`paced`)."""
+        s = view.scheduling
+        score = fair.score(s.priority, placed.tag)
+        write["place"] = str(score)
+        if placed.parked:
+            write["cost"] = {"park": "1"}
+            return
+        write["cost"] = {"entry": Front(s.fairness_key, s.priority, placed).entry}
+        if placed.at_v:
+            joined = dict(write["joined"]) if isinstance(write["joined"], dict) else {}
+            joined["message"] = signals.newcomer_message(job_id, score, placed.paced)
+            write["joined"] = joined
+
+    async def left(self, job_id: str, view: JobView, virtual: int) -> None:
+        """A first attempt left its key's queue without a run (stopped, expired, or its create refused): the key's
+        step drops it, and when it was the front the key's next job joins the line (one that is gone too is
+        reported in turn, GONE_ROUNDS at most)."""
+        s = view.scheduling
+        gone = job_id
+        for _ in range(GONE_ROUNDS):
+            left = [Step(gone, left=True)]
+            step = await self.store.step(s.fairness_key, s.priority, s.fairness_weight, virtual, left)
+            if step.front is None:
+                return
+            placed = await self.store.promote([step.front])
+            if placed[0] != 0:
+                return
+            gone = step.front.placed.job
