@@ -182,6 +182,7 @@ def _redis_context(url: str | None) -> Context:
             affinity=_affinity(app, redis),
             replica=app[replica_key],
             quota=QuotaStore(redis, config.admission_quotas, app[usage_key]) if config.admission_quotas else None,
+            cost=(CostSettings.from_config(config), config.runs_retention_ms),
         )
         app[conversations_key] = Conversations(
             SessionStore(redis, retention_ms=config.runs_retention_ms),

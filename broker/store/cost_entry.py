@@ -14,14 +14,18 @@ store then has no CostEntry.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from redis.asyncio import Redis
 
-from broker.admission import fair
+from broker.admission import cost, fair
 from broker.admission.cost import CostSettings, Placed
 from broker.store import signals
+from broker.store import usage as usage_store
 from broker.store.cost_store import CostStore, Front, Step
 from broker.store.scripts import Scripts
 from projections.job import JobView
+from projections.usage import Used
 
 #: Fronts found gone in a row that one `left` follows (each reported `left` in turn); the rest wait for the next step.
 GONE_ROUNDS = 3
@@ -56,18 +60,53 @@ class CostEntry:
             joined["message"] = signals.newcomer_message(job_id, score, placed.paced)
             write["joined"] = joined
 
+    async def written(
+        self, view: JobView, before: JobView | None, usage: Sequence[tuple[int, bytes]], virtual: int
+    ) -> None:
+        """After a job write: a first attempt that ended before any run leaves its key's queue (a no-op when it was
+        granted), and the runs it settled correct their key's charges."""
+        if view.status.terminal and not view.accepted_attempt and not (before and before.status.terminal):
+            await self.left(view.job_id, view, virtual)
+        facts = [used for used in (usage_store.decode(fact.decode()) for _, fact in usage) if used and used.settles]
+        if facts:
+            await self.settled(view, facts, virtual, view.updated_at_ms)
+
     async def left(self, job_id: str, view: JobView, virtual: int) -> None:
         """A first attempt left its key's queue without a run (stopped, expired, or its create refused): the key's
-        step drops it, and when it was the front the key's next job joins the line (one that is gone too is
-        reported in turn, GONE_ROUNDS at most)."""
+        step drops it, and when it was the front the key's next job joins the line."""
         s = view.scheduling
-        gone = job_id
+        step = await self.store.step(s.fairness_key, s.priority, s.fairness_weight, virtual, [Step(job_id, left=True)])
+        await self.place(step.front, s.fairness_weight, virtual)
+
+    async def settled(self, view: JobView, facts: Sequence[Used], virtual: int, now_ms: int) -> None:
+        """Runs of the job settled (`facts`: its usage facts that settle a run, SPEC S4.5): each attempt's charge is
+        corrected by what it measured (fair_settle.lua, once per attempt; a run never stepped, a resubmit's, is
+        charged what it measured), and the key's front the settle names is placed."""
+        s = view.scheduling
+        for used in facts:
+            attempt = _attempt(used.marker, view)
+            if not used.settles or attempt is None:
+                continue
+            measured = cost.measured(self.store.settings, used.hermes_ms, used.total_tokens or None)
+            done = await self.store.settle(
+                view.job_id, attempt, s.fairness_key, s.priority, s.fairness_weight, measured, virtual, now_ms
+            )
+            await self.place(done.front, s.fairness_weight, virtual)
+
+    async def place(self, front: Front | None, weight: float, virtual: int) -> None:
+        """Put a key's front in its line; one found gone (claimed or stopped since) is reported `left` and its key's
+        next one placed, GONE_ROUNDS at most (the rest wait for the key's next step)."""
         for _ in range(GONE_ROUNDS):
-            left = [Step(gone, left=True)]
-            step = await self.store.step(s.fairness_key, s.priority, s.fairness_weight, virtual, left)
-            if step.front is None:
+            if front is None or (await self.store.promote([front]))[0] != 0:
                 return
-            placed = await self.store.promote([step.front])
-            if placed[0] != 0:
-                return
-            gone = step.front.placed.job
+            left = [Step(front.placed.job, left=True)]
+            front = (await self.store.step(front.key, front.priority, weight, virtual, left)).front
+
+
+def _attempt(marker: str, view: JobView) -> int | None:
+    """The attempt a settling usage fact settles: `<job>:<attempt>:i` an interrupted one, `<job>:end` the last
+    accepted (None: no run was)."""
+    parts = marker.split(":")
+    if len(parts) == 3 and parts[2] == "i" and parts[1].isdigit():
+        return int(parts[1])
+    return view.accepted_attempt or None

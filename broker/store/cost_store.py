@@ -114,12 +114,12 @@ class CostStore:
 
     def __init__(self, redis: Redis, settings: CostSettings, retention_ms: int, scripts: Scripts | None = None) -> None:
         self._redis = redis
-        self._settings = settings
+        self.settings = settings
         self._retention_ms = retention_ms  #: RUNS_RETENTION: a key's History and settled charges age out with it
         self._scripts = scripts or Scripts(redis)
 
     def _args(self, key: str, priority: int, weight: float, virtual: int) -> list[str | int]:
-        s = self._settings
+        s = self.settings
         return [key, priority, repr(float(weight)), virtual, s.mode.value, s.guess, self._retention_ms]
 
     async def enter(

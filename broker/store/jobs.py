@@ -229,9 +229,8 @@ class JobStore:
             case "OK":
                 if self._cluster:
                     await self._ring_board(job_id, board)
-                if self._cost is not None and _ended_waiting(view, before):
-                    # a first attempt that ends before any run: out of its key's queue (a no-op when granted)
-                    await self._cost.left(job_id, view, self._virtual.tag(view.scheduling.priority))
+                if self._cost is not None:  # its key's queue, or its run's charge corrected (SPEC S4.2)
+                    await self._cost.written(view, before, usage, self._virtual.tag(view.scheduling.priority))
                 return reply[1:]
             case "CONFLICT":
                 raise StreamConflict(job_id, reply[1])
@@ -401,11 +400,6 @@ class JobStore:
         if view is None:
             raise JobNotFound(job_id)
         return Snapshot(view, history[-1][0])
-
-
-def _ended_waiting(view: JobView, before: JobView | None) -> bool:
-    """Does this write end a job before any of its runs was accepted (its first attempt waited, or was claimed)?"""
-    return view.status.terminal and not view.accepted_attempt and not (before and before.status.terminal)
 
 
 def _entries(reply: object) -> list[tuple[str, dict[str, str]]]:

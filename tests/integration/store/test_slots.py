@@ -450,6 +450,22 @@ async def _cost_create_and_stop(redis: Redis) -> object:
     return place
 
 
+async def _cost_pass(redis: Redis) -> object:
+    """A pass under ADMISSION_FAIRNESS_COST time: line_heads.lua per partition, admission_claim.lua from the line
+    and from the parked jobs, fair_next.lua per key, fair_promote.lua per next front, in rounds."""
+    store = JobStore(redis, retention_ms=60_000, cost=CostSettings())
+    jobs = [f"job_{n:032x}" for n in range(3)]
+    for n, job_id in enumerate(jobs):
+        scheduling = Scheduling(fairness_key="t{a}")
+        event = JobCreated(job_id=job_id, at_ms=1_000 + n, body="{}", fingerprint=str(n), scheduling=scheduling)
+        view = apply(None, event)
+        assert view is not None
+        await store.create(event, view)
+    grants = await AdmissionStore(redis, Pacing(pinned=5), cost=(CostSettings(), 60_000)).admit(2_000, 5)
+    assert grants.jobs == jobs  # the key's order, its jobs after the first taken from the parked jobs
+    return grants
+
+
 SINGLE_SLOT: list[tuple[str, Operation]] = [
     ("append_events (create)", _create),
     ("bounded create: the other partitions read, then append_events checks its own (SPEC S4.4)", _create_bounded),
@@ -497,6 +513,7 @@ SINGLE_SLOT: list[tuple[str, Operation]] = [
         "fair_turn_cost + append_events (a create parked or a front) + a stop (fair_next left, fair_promote)",
         _cost_create_and_stop,
     ),
+    ("line_heads + admission_claim (line or parked) + fair_next + fair_promote (a cost-aware pass)", _cost_pass),
 ]
 
 #: The scripts each operation above runs (every script of the store must be covered).
