@@ -52,6 +52,7 @@ class CostLineClaims(LineClaims):
         self._virtual = virtual  #: V per priority as the pass learnt it (the key steps' V)
         self._parked_heads: dict[int, tuple[tuple[str, float], ...]] = {}  #: partition -> its first parked jobs
         self._entries: dict[str, Entry] = {}  #: front -> its fronts entry, as last read
+        self._arrived: dict[str, float] = {}  #: job read -> its created ms (heads of one rank go oldest first)
 
     def any_waiting(self) -> bool:
         return super().any_waiting() or any(self._parked_heads.values())
@@ -81,13 +82,15 @@ class CostLineClaims(LineClaims):
             return
         depth = max(most, DEPTH)
         self._known.reading(read)
-        found = await self.costs.heads(read, depth)
+        found = await self.costs.heads(read, depth, arrived=True)
         fresh = set(read)
         self._entries = {job: e for job, e in self._entries.items() if keys.partition_of(job) not in fresh}
+        self._arrived = {job: at for job, at in self._arrived.items() if keys.partition_of(job) not in fresh}
         for partition, heads in found.items():
             self._known.read(partition, list(heads.line), depth)
             self._parked_heads[partition] = heads.parked
             self._entries.update(heads.fronts)
+            self._arrived.update(heads.arrived)
         if full and now_ms - self._drift_checked_at >= DRIFT_CHECK_MS:
             self._drift_checked_at = now_ms
             await self._check_drift([p for p, heads in found.items() if not heads.line and not heads.parked])
@@ -100,14 +103,15 @@ class CostLineClaims(LineClaims):
             for job_id, score in line:
                 entry = self._entries.get(job_id)
                 advance, more = (entry.advance, min(entry.more, len(entry.next))) if entry else (0, 0)
-                heads.append(cost.Head(cost.rank(score, parked=False), job_id, 0.0, advance, more))
+                arrival = self._arrived.get(job_id, 0.0)
+                heads.append(cost.Head(cost.rank(score, parked=False), job_id, arrival, advance, more))
                 where[job_id] = partition
         for partition, parked in self._parked_heads.items():
             for job_id, score in parked:
-                heads.append(cost.Head(cost.rank(score, parked=True), job_id, 0.0))
+                heads.append(cost.Head(cost.rank(score, parked=True), job_id, self._arrived.get(job_id, 0.0)))
                 where[job_id] = partition
         heads = [head for head in heads if head.job not in skipped]
-        heads.sort(key=lambda head: head.rank)
+        heads.sort(key=lambda head: (head.rank, head.arrival))
         planned: list[Planned] = []
         for head, n in cost.plan(cost.considered(heads, fallback=fallback), most + len(skipped)):
             job_id = head.job if n == 0 else self._entries[head.job].next[n - 1]
@@ -145,6 +149,7 @@ class CostLineClaims(LineClaims):
         if parked:
             self._parked_heads[partition] = tuple(entry for entry in parked if entry[0] != job_id)
         self._entries.pop(job_id, None)
+        self._arrived.pop(job_id, None)
 
     async def _step(self, taken: Sequence[Claimed]) -> None:
         """The key steps of the claimed first attempts, in claim order per key, and their keys' next fronts placed."""

@@ -76,6 +76,7 @@ class Heads:
     line: tuple[tuple[str, float], ...] = ()
     parked: tuple[tuple[str, float], ...] = ()
     fronts: tuple[tuple[str, Entry], ...] = ()
+    arrived: tuple[tuple[str, float], ...] = ()  #: created ms of the jobs read (read `arrived`), where known
 
 
 @frozen
@@ -187,10 +188,11 @@ class CostStore:
             calls.append((script_keys, [job, front.score, front.entry, keys.SIGNALS, front.message]))
         return [int(cast(int, reply)) for reply in await run_many(self._redis, self._scripts.fair_promote, calls)]
 
-    async def heads(self, partitions: Sequence[int], depth: int) -> dict[int, Heads]:
-        """The heads of each partition (line_heads.lua, one pipeline)."""
+    async def heads(self, partitions: Sequence[int], depth: int, *, arrived: bool = False) -> dict[int, Heads]:
+        """The heads of each partition (line_heads.lua, one pipeline); `arrived`: with their created ms."""
+        more = [keys.arrivals] if arrived else []
         calls: list[tuple[Sequence[str], Sequence[str | int]]] = [
-            ([keys.line(p), keys.parked(p), keys.fronts(p)], [depth]) for p in partitions
+            ([keys.line(p), keys.parked(p), keys.fronts(p), *(k(p) for k in more)], [depth]) for p in partitions
         ]
         replies = await run_many(self._redis, self._scripts.line_heads, calls)
         return {p: heads_of(reply) for p, reply in zip(partitions, replies, strict=True)}
@@ -259,12 +261,16 @@ def line_of(raw: str | None, idle: float | None, queue: tuple[str, ...]) -> KeyL
 
 def heads_of(reply: object) -> Heads:
     """line_heads.lua's reply as Heads."""
-    line, parked, entries = cast(list[object], reply)
-    read = scored(line)
+    line, parked, entries, *arrivals = cast(list[object], reply)
+    read, waiting = scored(line), scored(parked)
     fronts = [
         (job, entry_of(text(raw))) for (job, _), raw in zip(read, cast(list[object], entries), strict=True) if raw
     ]
-    return Heads(tuple(read), tuple(scored(parked)), tuple(fronts))
+    arrived: list[tuple[str, float]] = []
+    if arrivals:
+        at = cast(list[object], arrivals[0])
+        arrived = [(job, float(text(ms))) for (job, _), ms in zip([*read, *waiting], at, strict=True) if ms]
+    return Heads(tuple(read), tuple(waiting), tuple(fronts), tuple(arrived))
 
 
 def entry_of(raw: str) -> Entry:
