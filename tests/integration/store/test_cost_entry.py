@@ -10,13 +10,18 @@ from redis.asyncio import Redis
 
 from broker.admission import fair
 from broker.admission.cost import CostMode, CostSettings
+from broker.admission.pacing import Pacing
 from broker.admission.quotas import Bound
 from broker.errors import QueueFull
 from broker.events import JobCreated, JobFinished, JobStatus, Scheduling, StopRequested
 from broker.store import keys
+from broker.store.admission import AdmissionStore
+from broker.store.cost_entry import CostEntry
 from broker.store.cost_store import CostStore, entry_of
 from broker.store.jobs import JobStore
+from broker.store.usage import encode
 from projections.job import JobView, apply, fold
+from projections.usage import Used
 from tests.conftest import BOTH_BACKENDS
 
 pytestmark = BOTH_BACKENDS
@@ -124,3 +129,25 @@ async def test_runs_keeps_fixed_tags_and_writes_no_queue(redis: Redis) -> None:
     assert await _where(redis, 1) == ("line", fair.score(P, fair.UNIT))
     assert (await CostStore(redis, TIME, 60_000).key_line("team-a", P)).queue == ()
     assert not await redis.exists(keys.fronts(keys.partition_of(_job(0))))
+
+
+async def test_an_idle_key_reenters_at_v_banking_nothing(redis: Redis) -> None:
+    # Given a key whose one run was charged the guess and took 1 ms (59.999 s back, while it has nothing waiting)
+    virtual = fair.VirtualTimes()
+    store = JobStore(redis, retention_ms=60_000, cost=TIME, virtual=virtual)
+    admission = AdmissionStore(redis, Pacing(pinned=10), virtual=virtual, cost=(TIME, 60_000))
+    first = await _create(store, 0, "idle")
+    assert (await admission.admit(2_000, 10)).jobs == [_job(0)]
+    fact = Used(marker=f"{_job(0)}:1:i", key="idle", at_ms=3_000, hermes_ms=1)
+    entry = CostEntry(redis, TIME, 60_000)
+    await entry.written(first, first, [(fact.at_ms, encode(fact))], virtual.tag(P))
+    # and another key's backlog granted meanwhile (V moves past its tags)
+    for n in range(1, 4):
+        await _create(store, n, "busy")
+    assert len((await admission.admit(4_000, 10)).jobs) == 3
+    now = virtual.tag(P)
+    assert now > 60_000
+    # When the idle key creates again
+    await _create(store, 9, "idle")
+    # Then its job starts at V, not at its corrected chain (no banked credit), and is its key's front
+    assert await _where(redis, 9) == ("line", fair.score(P, now))
