@@ -135,3 +135,59 @@ async def test_a_settle_corrects_the_charge_by_the_measured_time_once(
     await entry.written(snapshot.view, snapshot.view, [(fact.at_ms, encode(fact))], 0)
     # Then nothing is charged or learnt twice
     assert await costs.history("k") == history
+
+
+async def test_tokens_share_the_tokens_of_the_runs_started(
+    make_client: ClientFactory, make_replica: ClientFactory, sim: Simulator
+) -> None:
+    # Given two backlogged keys whose runs take as long but use 10,000 and 1,000 tokens, charged by tokens
+    client = await make_client(admission_fairness_cost="tokens", admission_fairness_guess=2_000)
+    made = {
+        "big": [await submit(client, f"big {i} tokens:10000 sleep:0.05", "big") for i in range(30)],
+        "small": [await submit(client, f"small {i} tokens:1000 sleep:0.05", "small") for i in range(120)],
+    }
+    # When they are driven two at a time for 3 s
+    replica = await make_replica(
+        hermes_max_concurrent=2, admission_fairness_cost="tokens", admission_fairness_guess=2_000
+    )
+    await asyncio.sleep(3.0)
+    await asyncio.gather(*(replica.post(f"/v1/runs/{job_id}/stop") for jobs in made.values() for job_id in jobs))
+    # Then each key's runs used about half of the tokens of the runs started (counting jobs: the big key 0.9)
+    owner = {job_id: key for key, jobs in made.items() for job_id in jobs}
+    used = dict.fromkeys(made, 0)
+    for job_id, run in started(sim):
+        if run.status == "completed" and run.usage:
+            used[owner[job_id]] += int(run.usage["total_tokens"])
+    assert 0.4 <= used["big"] / (used["big"] + used["small"]) <= 0.6, used
+
+
+async def test_a_trickle_of_one_job_keys_leaves_a_backlogged_key_its_share(
+    make_client: ClientFactory, make_replica: ClientFactory, sim: Simulator
+) -> None:
+    # Given key a's backlog of 0.1 s runs, charged slot time
+    client = await make_client(admission_fairness_cost="time", admission_fairness_guess=GUESS)
+    backlog = [await submit(client, f"a {i} sleep:0.1", "a") for i in range(80)]
+    replica = await make_replica(
+        hermes_max_concurrent=2, admission_fairness_cost="time", admission_fairness_guess=GUESS
+    )
+    # When a new one-job key (runs as long) arrives for each run that starts, 30 of them
+    newcomers: list[str] = []
+    seen = first = 0
+    deadline = time.monotonic() + 30
+    while len(newcomers) < 30:
+        assert time.monotonic() < deadline, "runs stopped starting"
+        count = len(create_keys(sim, 202))
+        if count > seen:
+            first = first or count
+            for _ in range(min(count - seen, 30 - len(newcomers))):
+                newcomers.append(await submit(replica, "new sleep:0.1", f"new-{len(newcomers)}"))
+            seen = count
+        else:
+            await asyncio.sleep(0.01)  # polling the simulator's creates (a deadline above)
+    meanwhile = create_keys(sim, 202)[first:seen]
+    await asyncio.gather(*(replica.post(f"/v1/runs/{job_id}/stop") for job_id in backlog + newcomers))
+    # Then the backlogged key kept at least about half of the starts while they arrived (its share against the
+    # newcomers, paced as one key), and its jobs went in arrival order
+    mine = [job_id for job_id in meanwhile if job_id in backlog]
+    assert len(mine) >= 0.35 * len(meanwhile), (len(mine), len(meanwhile))
+    assert mine == sorted(mine, key=backlog.index)
