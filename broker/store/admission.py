@@ -173,8 +173,10 @@ class AdmissionStore:
         self.virtual.learn([moved.get(q, v) for q, v in zip(fair.PRIORITIES, answers[0].virtual, strict=True)], now_ms)
         if self._line.drifted:  # rare: jobs moved by an older broker's scripts, which do not count them
             drifted, self._line.drifted = self._line.drifted, []
+            costly = isinstance(self._line, CostLineClaims)  # parked jobs are counted as waiting too
             calls: list[tuple[list[str], list[str]]] = [
-                ([keys.line(partition), keys.fair(partition), keys.fair_top(partition)], []) for partition in drifted
+                ([keys.line(p), keys.fair(p), keys.fair_top(p), *([keys.parked(p)] if costly else [])], [])
+                for p in drifted
             ]
             await run_many(self._redis, self._scripts.admission_fair_clear, calls)
         return Grants(grants, wake or None, more=bool(held))

@@ -237,6 +237,22 @@ async def _fair_clear(redis: Redis) -> object:
     return await store.admit(2_000, 5)  # a full read sees the empty line with counts: clears them
 
 
+async def _fair_clear_parked(redis: Redis) -> object:
+    """admission_fair_clear.lua of a cost-aware pass (the parked jobs' zset among its KEYS): a partition whose line
+    is empty keeps its counts while a job is parked there, and clears them when none is."""
+    store = AdmissionStore(redis, Pacing(pinned=5), cost=(CostSettings(), 60_000))
+    partition = keys.partition_of(JOB)
+    await redis.zadd(keys.parked(partition), {JOB: 2.0**52})
+    await redis.hset(keys.fair(partition), "n:drift", "3")  # type: ignore[misc]
+    await store.admit(2_000, 5)  # a full read sees the empty line: the parked job keeps the counts
+    assert await redis.hget(keys.fair(partition), "n:drift") == "3"
+    await redis.delete(keys.parked(partition))
+    store = AdmissionStore(redis, Pacing(pinned=5), cost=(CostSettings(), 60_000))
+    await store.admit(3_000, 5)
+    assert not await redis.exists(keys.fair(partition))
+    return True
+
+
 async def _stop_waiting(redis: Redis) -> object:
     await _create(redis)
     store = JobStore(redis, retention_ms=60_000)
@@ -486,6 +502,7 @@ SINGLE_SLOT: list[tuple[str, Operation]] = [
     ("admission_enter", _enter),
     ("quota_wake + admission_enter in its woken mode (a held job back in the line, SPEC S4.4)", _return_woken),
     ("admission_fair_clear", _fair_clear),
+    ("admission_fair_clear with the parked jobs (a cost-aware pass)", _fair_clear_parked),
     ("admission_ties (a pass that reaches jobs of one start tag)", _admit_with_ties),
     ("append_events (a stop leaves the line and the key's count)", _stop_waiting),
     ("replace_view (and the rebuild's MULTI read)", _replace_view),
