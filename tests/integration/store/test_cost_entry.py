@@ -84,6 +84,10 @@ async def test_a_keys_first_job_is_its_front_and_the_others_park_counted(redis: 
     line = await CostStore(redis, TIME, 60_000).key_line("team-a", P)
     assert line.front == _job(0) and line.queue == (_job(0), _job(1), _job(2))
     assert (await _waiting(redis, "team-a"), await _waiting(redis, "team-b")) == (3, 1)
+    # and what /readyz shows counts the parked jobs as waiting in their priority
+    state = await AdmissionStore(redis, Pacing()).state(2_000)
+    assert (state.waiting, state.by_priority[P - 1]) == (4, 4)
+    assert {(k.key, k.waiting) for k in state.keys} == {("team-a", 3), ("team-b", 1)}
 
 
 async def test_a_stopped_front_is_followed_by_its_keys_next_job_and_a_parked_one_leaves(redis: Redis) -> None:
