@@ -22,6 +22,7 @@ from broker.admission import cost, fair
 from broker.admission.cost import CostSettings, Placed
 from broker.store import signals
 from broker.store import usage as usage_store
+from broker.store.batch import ScriptBatch
 from broker.store.cost_store import CostStore, Front, Step
 from broker.store.scripts import Scripts
 from projections.job import JobView
@@ -37,11 +38,12 @@ class CostEntry:
     def __init__(self, redis: Redis, settings: CostSettings, retention_ms: int, scripts: Scripts | None = None) -> None:
         self.store = CostStore(redis, settings, retention_ms, scripts)
 
-    async def enter(self, job_id: str, view: JobView, virtual: int) -> Placed:
-        """The job joins its key's queue (fair_turn_cost.lua at the line's V): its key's front, or parked."""
+    async def enter(self, job_id: str, view: JobView, virtual: int, batch: ScriptBatch | None = None) -> Placed:
+        """The job joins its key's queue (fair_turn_cost.lua at the line's V): its key's front, or parked. `batch`:
+        the job writes' pipeline of a single Redis, so that concurrent creates keep their order."""
         s = view.scheduling
         return await self.store.enter(
-            job_id, s.fairness_key, s.priority, s.fairness_weight, view.created_at_ms, virtual, None
+            job_id, s.fairness_key, s.priority, s.fairness_weight, view.created_at_ms, virtual, None, batch
         )
 
     @staticmethod

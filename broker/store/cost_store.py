@@ -25,6 +25,7 @@ from redis.asyncio import Redis
 from broker.admission import fair
 from broker.admission.cost import Charge, CostSettings, History, KeyLine, Placed
 from broker.store import keys, signals
+from broker.store.batch import ScriptBatch
 from broker.store.replies import scored, text
 from broker.store.scripts import Scripts, run_many
 
@@ -124,14 +125,25 @@ class CostStore:
         return [key, priority, repr(float(weight)), virtual, s.mode.value, s.guess, self._retention_ms]
 
     async def enter(
-        self, job: str, key: str, priority: int, weight: float, created_ms: int, virtual: int, paced: int | None
+        self,
+        job: str,
+        key: str,
+        priority: int,
+        weight: float,
+        created_ms: int,
+        virtual: int,
+        paced: int | None,
+        batch: ScriptBatch | None = None,
     ) -> Placed:
         """A first attempt is created (cost.enter at `virtual`, cost.entering's V): its key's front, or parked.
-        `paced`: what V moves past it by when it starts at V (None: its key's estimate)."""
-        reply = await self._scripts.fair_turn_cost(
-            keys=keys.cost_keys(key, priority).all,
-            args=[*self._args(key, priority, weight, virtual), job, created_ms, "" if paced is None else paced],
-        )
+        `paced`: what V moves past it by when it starts at V (None: its key's estimate); `batch`: the loop turn's
+        pipeline (a single Redis: creates reach Redis in the order they were made)."""
+        script_keys = keys.cost_keys(key, priority).all
+        args = [*self._args(key, priority, weight, virtual), job, created_ms, "" if paced is None else paced]
+        if batch is not None:
+            reply = await batch.run(self._scripts.fair_turn_cost, script_keys, args)
+        else:
+            reply = await self._scripts.fair_turn_cost(keys=script_keys, args=args)
         tag, parked, at_v, advance, placed_paced = (int(x) for x in _strings(reply))
         return Placed(job, tag, parked == 1, at_v == 1, advance, placed_paced)
 

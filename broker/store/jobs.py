@@ -125,7 +125,7 @@ class JobStore:
         turn, args = await self._turn(view, event.at_ms)
         place, newcomer, placed = None, False, None
         if self._cost is not None:  # the key's queue first (its partition), on either backend
-            placed = await self._cost.enter(event.job_id, view, int(args[1]))
+            placed = await self._cost.enter(event.job_id, view, int(args[1]), self._batch)
         elif self._cluster:
             reply = await self._scripts.fair_turn(keys=[turn], args=args)
             tag = int(reply.decode() if isinstance(reply, bytes) else reply)

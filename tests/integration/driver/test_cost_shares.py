@@ -191,3 +191,21 @@ async def test_a_trickle_of_one_job_keys_leaves_a_backlogged_key_its_share(
     mine = [job_id for job_id in meanwhile if job_id in backlog]
     assert len(mine) >= 0.35 * len(meanwhile), (len(mine), len(meanwhile))
     assert mine == sorted(mine, key=backlog.index)
+
+
+async def test_a_fresh_replicas_first_creates_queue_in_the_order_they_arrived(
+    make_client: ClientFactory, redis: Redis, redis_target: tuple[str, bool]
+) -> None:
+    if redis_target[1]:
+        pytest.skip("on a cluster a create takes its turn in a call of its own: concurrent creates have no order")
+    costs = CostStore(redis, CostSettings(CostMode.TIME, GUESS), 60_000)
+    for _ in range(3):  # each a replica that has read nothing yet
+        # Given a replica charging slot time that just started, and a burst of concurrent creates of one key
+        await redis.flushall()
+        replica = await make_client(admission_fairness_cost="time", admission_fairness_guess=GUESS)
+        answers = await asyncio.gather(*(create(replica, {"input": f"burst {n}"}) for n in range(60)))
+        created = {answer["run_id"]: answer["created_at"] for answer in answers}
+        # Then the key's queue holds them in the order of their created_at (its first the front in the line)
+        queue = (await costs.key_line("", 3)).queue
+        assert sorted(queue) == sorted(created)
+        assert [created[job_id] for job_id in queue] == sorted(created.values())
