@@ -17,6 +17,5 @@ if not KEYS[4] then
   return {line, parked, fronts}
 end
 for i = 1, #parked, 2 do jobs[#jobs + 1] = parked[i] end
-local arrived = {}
-for i, job in ipairs(jobs) do arrived[i] = redis.call('ZSCORE', KEYS[4], job) or false end
+local arrived = #jobs > 0 and redis.call('ZMSCORE', KEYS[4], unpack(jobs)) or {}
 return {line, parked, fronts, arrived}

@@ -170,7 +170,8 @@ async def test_a_trickle_of_one_job_keys_leaves_a_backlogged_key_its_share(
     replica = await make_replica(
         hermes_max_concurrent=2, admission_fairness_cost="time", admission_fairness_guess=GUESS
     )
-    # When a new one-job key (runs as long) arrives for each run that starts, 30 of them
+    # When a new one-job key (runs as long, created through the replica that drives: its V is its passes') arrives
+    # for each run that starts, 30 of them
     newcomers: list[str] = []
     seen = first = 0
     deadline = time.monotonic() + 30
