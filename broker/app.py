@@ -15,6 +15,7 @@ import aiohttp
 from aiohttp import web
 from redis.asyncio import Redis
 
+from broker.admission.cost import CostSettings
 from broker.admission.fair import FairnessSettings, VirtualTimes
 from broker.admission.pacing import Pacing
 from broker.board.projector import BoardSettings
@@ -170,6 +171,7 @@ def _redis_context(url: str | None) -> Context:
             durability=durability,
             delta_retention_ms=config.runs_delta_retention_ms,
             virtual=virtual,
+            cost=CostSettings.from_config(config),
         )
         app[usage_key] = UsageStore(redis, retention_ms=config.runs_retention_ms)
         app[admission_key] = AdmissionStore(
@@ -180,6 +182,7 @@ def _redis_context(url: str | None) -> Context:
             affinity=_affinity(app, redis),
             replica=app[replica_key],
             quota=QuotaStore(redis, config.admission_quotas, app[usage_key]) if config.admission_quotas else None,
+            cost=(CostSettings.from_config(config), config.runs_retention_ms),
         )
         app[conversations_key] = Conversations(
             SessionStore(redis, retention_ms=config.runs_retention_ms),

@@ -36,6 +36,8 @@ _HIDDEN = frozenset({"HERMES_API_KEY", "BOARD_SIGNING_SECRET", "CALLBACK_SIGNING
 #: Prefixes of the broker's own variables: one it does not know is named in a warn line at startup (a typo).
 PREFIXES = ("HERMES_", "RUNS_", "BOARD_", "REDIS_", "ADMISSION_", "CALLBACK_")
 FAIRNESS_DEFAULTS = ("session_key", "session_id", "none")  #: ADMISSION_FAIRNESS_DEFAULT (SPEC S4.2)
+#: ADMISSION_FAIRNESS_COST (SPEC S4.2 "What a turn costs"): what a key is charged per job; cost.CostMode's values
+FAIRNESS_COSTS = ("time", "tokens", "runs")
 MULTITASK = ("enqueue", "reject", "interrupt", "parallel")  #: RUNS_SESSION_MULTITASK, `scheduling.multitask` (S4.3)
 
 
@@ -68,6 +70,11 @@ class Config:
     hermes_max_body: int = 1_048_576
     admission_fairness_default: str = "session_key"  #: a job's key when it names none (SPEC S4.2)
     admission_fairness_weights: tuple[tuple[str, float], ...] = ()  #: weights per key, winning over a create's
+    #: what a key is charged per job (SPEC S4.2 "What a turn costs"): time, tokens or runs. `runs` (fixed tags at
+    #: create, today's path) until the cost path is wired end to end (broker/admission/cost.py)
+    admission_fairness_cost: str = "runs"
+    #: the estimate of a key without history, in the mode's unit: ms of slot time (`time`) or tokens (`tokens`)
+    admission_fairness_guess: int = 60_000
     admission_quotas: Quotas = NO_QUOTAS  #: ADMISSION_QUOTAS: limits per fairness key (SPEC S4.4)
     admission_max_waiting: int = 0  #: most waiting jobs in all; 0: no bound (SPEC S4.4)
     #: share of Redis's maxmemory past which creates answer 503, so accepted jobs keep room to finish (SPEC S4.4)
@@ -181,6 +188,8 @@ _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "HERMES_MAX_BODY": ("hermes_max_body", integer(1)),
     "ADMISSION_FAIRNESS_DEFAULT": ("admission_fairness_default", choice(FAIRNESS_DEFAULTS)),
     "ADMISSION_FAIRNESS_WEIGHTS": ("admission_fairness_weights", weights),
+    "ADMISSION_FAIRNESS_COST": ("admission_fairness_cost", choice(FAIRNESS_COSTS)),
+    "ADMISSION_FAIRNESS_GUESS": ("admission_fairness_guess", integer(1)),
     "ADMISSION_QUOTAS": ("admission_quotas", parse_quotas),
     "ADMISSION_MAX_WAITING": ("admission_max_waiting", integer(0)),
     "REDIS_MEMORY_HIGH": ("redis_memory_high", share),
@@ -237,6 +246,8 @@ MEANINGS: dict[str, str] = {
     "HERMES_UPSTREAM_LOST": "an upstream that answers nothing this long is lost: its live runs move",
     "ADMISSION_FAIRNESS_DEFAULT": "fairness key of a job that names none: session_key, session_id or none",
     "ADMISSION_FAIRNESS_WEIGHTS": "weights per fairness key, key=weight,key=weight (0 < weight <= 1000)",
+    "ADMISSION_FAIRNESS_COST": "what a fairness key is charged per job: time (slot ms), tokens or runs",
+    "ADMISSION_FAIRNESS_GUESS": "the charge of a key without history: ms of slot time (time) or tokens (tokens)",
     "ADMISSION_QUOTAS": 'JSON quotas per fairness key (live, waiting, tokens+window): {"default": {}, "keys": {}}',
     "ADMISSION_MAX_WAITING": "most jobs waiting in the line in all; past it creates answer 429 queue_full; 0: no bound",
     "REDIS_MEMORY_HIGH": "share of Redis's maxmemory past which creates answer 503",

@@ -29,6 +29,8 @@ def effective(config: Config, *, tracing: bool) -> Fields:
         "deltaRetentionMs": config.runs_delta_retention_ms,
         "fairnessDefault": config.admission_fairness_default,
         "fairnessWeights": len(config.admission_fairness_weights),
+        "fairnessCost": config.admission_fairness_cost,
+        "fairnessGuess": config.admission_fairness_guess,
         "quotaKeys": len(config.admission_quotas.keys),
         "maxWaiting": config.admission_max_waiting,
         "proxy": config.runs_proxy_enabled,

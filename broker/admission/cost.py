@@ -34,6 +34,7 @@ from enum import StrEnum
 from attrs import evolve, frozen
 
 from broker.admission import fair, newcomers
+from broker.config import Config
 
 GUESS = 60_000  #: ADMISSION_FAIRNESS_GUESS's default: a key without history is charged 60 s of slot time
 #: The estimate is the average of the key's latest runs: exact for its first HISTORY, then each new run weighs
@@ -57,6 +58,10 @@ class CostSettings:
 
     mode: CostMode = CostMode.TIME
     guess: int = GUESS
+
+    @classmethod
+    def from_config(cls, config: Config) -> CostSettings:
+        return cls(CostMode(config.admission_fairness_cost), config.admission_fairness_guess)
 
 
 def charge(cost: float, weight: float) -> int:

@@ -60,6 +60,10 @@ class KnownHeads:
             heads.append(head)
         return heads
 
+    def lines(self) -> Iterator[tuple[int, list[tuple[str, float]]]]:
+        """Each line's known heads (partition, its first jobs in order)."""
+        return iter(self._lines.items())
+
     def scores(self) -> Iterator[float]:
         """The scores of every known job."""
         return (score for line in self._lines.values() for _, score in line)

@@ -34,6 +34,7 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
 from broker.admission import fair
+from broker.admission.cost import CostMode, CostSettings
 from broker.admission.known_slots import KnownSlots
 from broker.admission.newcomers import Newcomers
 from broker.admission.pacing import Pacing
@@ -44,6 +45,7 @@ from broker.store import keys, signals
 from broker.store.affinity import Affinity
 from broker.store.batch import ScriptBatch
 from broker.store.connection import is_cluster
+from broker.store.cost_claims import CostLineClaims
 from broker.store.grants import Acceptance, Grant, Grants, Refusal
 from broker.store.leases import new_token
 from broker.store.line_claims import Claimed, LineClaims
@@ -76,7 +78,9 @@ class AdmissionStore:
         affinity: Affinity | None = None,
         replica: str = "",
         quota: QuotaStore | None = None,
+        cost: tuple[CostSettings, int] | None = None,
     ) -> None:
+        """`cost`: ADMISSION_FAIRNESS_COST and RUNS_RETENTION (None or `runs`: the line's fixed tags)."""
         self._redis = redis
         self.quota = quota  #: quotas per fairness key (SPEC S4.4); None: none
         self._replica = replica  #: the lease tokens of its grants name it (SPEC S3.2 `owner`)
@@ -94,7 +98,12 @@ class AdmissionStore:
         self.virtual = virtual or fair.VirtualTimes()  #: V per priority, learnt with every pass (SPEC S4.2)
         self.newcomers = Newcomers(len(fair.PRIORITIES))  #: the latest jobs heard to start at V
         self._slots = KnownSlots()  #: the slots this replica granted, and the acceptances it wrote
-        self._line = LineClaims(redis, self._scripts, replica, pacing.slot_ttl_ms)  #: the lines' heads, claimed
+        #: the lines' heads, claimed (by their keys' costs: broker/store/cost_claims.py)
+        self._line = (
+            LineClaims(redis, self._scripts, replica, pacing.slot_ttl_ms)
+            if cost is None or cost[0].mode is CostMode.RUNS
+            else CostLineClaims(redis, self._scripts, replica, pacing.slot_ttl_ms, *cost, self.virtual)
+        )
         #: jobs bound to a busy upstream (SPEC S10), left in line by this replica's passes while it has no room
         self._parked: dict[str, str] = {}
 
@@ -164,8 +173,10 @@ class AdmissionStore:
         self.virtual.learn([moved.get(q, v) for q, v in zip(fair.PRIORITIES, answers[0].virtual, strict=True)], now_ms)
         if self._line.drifted:  # rare: jobs moved by an older broker's scripts, which do not count them
             drifted, self._line.drifted = self._line.drifted, []
+            costly = isinstance(self._line, CostLineClaims)  # parked jobs are counted as waiting too
             calls: list[tuple[list[str], list[str]]] = [
-                ([keys.line(partition), keys.fair(partition), keys.fair_top(partition)], []) for partition in drifted
+                ([keys.line(p), keys.fair(p), keys.fair_top(p), *([keys.parked(p)] if costly else [])], [])
+                for p in drifted
             ]
             await run_many(self._redis, self._scripts.admission_fair_clear, calls)
         return Grants(grants, wake or None, more=bool(held))

@@ -11,7 +11,7 @@ per script, each the store's copy of a function of broker/admission/cost.py, in 
 
 A key step returns its key's front, which the caller places with `promote` (another slot): placing is idempotent,
 so a caller that died between the two leaves the front to the next step of its key. The replies are narrowed by
-the pure functions at the bottom. Nothing in the running broker calls this yet (the admission pass will).
+the pure functions at the bottom. The job store's creates and stops call it through broker/store/cost_entry.py.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from redis.asyncio import Redis
 from broker.admission import fair
 from broker.admission.cost import Charge, CostSettings, History, KeyLine, Placed
 from broker.store import keys, signals
+from broker.store.batch import ScriptBatch
 from broker.store.replies import scored, text
 from broker.store.scripts import Scripts, run_many
 
@@ -76,6 +77,7 @@ class Heads:
     line: tuple[tuple[str, float], ...] = ()
     parked: tuple[tuple[str, float], ...] = ()
     fronts: tuple[tuple[str, Entry], ...] = ()
+    arrived: tuple[tuple[str, float], ...] = ()  #: created ms of the jobs read (read `arrived`), where known
 
 
 @frozen
@@ -114,22 +116,34 @@ class CostStore:
 
     def __init__(self, redis: Redis, settings: CostSettings, retention_ms: int, scripts: Scripts | None = None) -> None:
         self._redis = redis
-        self._settings = settings
+        self.settings = settings
         self._retention_ms = retention_ms  #: RUNS_RETENTION: a key's History and settled charges age out with it
         self._scripts = scripts or Scripts(redis)
 
     def _args(self, key: str, priority: int, weight: float, virtual: int) -> list[str | int]:
-        s = self._settings
+        s = self.settings
         return [key, priority, repr(float(weight)), virtual, s.mode.value, s.guess, self._retention_ms]
 
     async def enter(
-        self, job: str, key: str, priority: int, weight: float, created_ms: int, virtual: int, paced: int
+        self,
+        job: str,
+        key: str,
+        priority: int,
+        weight: float,
+        created_ms: int,
+        virtual: int,
+        paced: int | None,
+        batch: ScriptBatch | None = None,
     ) -> Placed:
-        """A first attempt is created (cost.enter at `virtual`, cost.entering's V): its key's front, or parked."""
-        reply = await self._scripts.fair_turn_cost(
-            keys=keys.cost_keys(key, priority).all,
-            args=[*self._args(key, priority, weight, virtual), job, created_ms, paced],
-        )
+        """A first attempt is created (cost.enter at `virtual`, cost.entering's V): its key's front, or parked.
+        `paced`: what V moves past it by when it starts at V (None: its key's estimate); `batch`: the loop turn's
+        pipeline (a single Redis: creates reach Redis in the order they were made)."""
+        script_keys = keys.cost_keys(key, priority).all
+        args = [*self._args(key, priority, weight, virtual), job, created_ms, "" if paced is None else paced]
+        if batch is not None:
+            reply = await batch.run(self._scripts.fair_turn_cost, script_keys, args)
+        else:
+            reply = await self._scripts.fair_turn_cost(keys=script_keys, args=args)
         tag, parked, at_v, advance, placed_paced = (int(x) for x in _strings(reply))
         return Placed(job, tag, parked == 1, at_v == 1, advance, placed_paced)
 
@@ -186,10 +200,11 @@ class CostStore:
             calls.append((script_keys, [job, front.score, front.entry, keys.SIGNALS, front.message]))
         return [int(cast(int, reply)) for reply in await run_many(self._redis, self._scripts.fair_promote, calls)]
 
-    async def heads(self, partitions: Sequence[int], depth: int) -> dict[int, Heads]:
-        """The heads of each partition (line_heads.lua, one pipeline)."""
+    async def heads(self, partitions: Sequence[int], depth: int, *, arrived: bool = False) -> dict[int, Heads]:
+        """The heads of each partition (line_heads.lua, one pipeline); `arrived`: with their created ms."""
+        more = [keys.arrivals] if arrived else []
         calls: list[tuple[Sequence[str], Sequence[str | int]]] = [
-            ([keys.line(p), keys.parked(p), keys.fronts(p)], [depth]) for p in partitions
+            ([keys.line(p), keys.parked(p), keys.fronts(p), *(k(p) for k in more)], [depth]) for p in partitions
         ]
         replies = await run_many(self._redis, self._scripts.line_heads, calls)
         return {p: heads_of(reply) for p, reply in zip(partitions, replies, strict=True)}
@@ -258,12 +273,16 @@ def line_of(raw: str | None, idle: float | None, queue: tuple[str, ...]) -> KeyL
 
 def heads_of(reply: object) -> Heads:
     """line_heads.lua's reply as Heads."""
-    line, parked, entries = cast(list[object], reply)
-    read = scored(line)
+    line, parked, entries, *arrivals = cast(list[object], reply)
+    read, waiting = scored(line), scored(parked)
     fronts = [
         (job, entry_of(text(raw))) for (job, _), raw in zip(read, cast(list[object], entries), strict=True) if raw
     ]
-    return Heads(tuple(read), tuple(scored(parked)), tuple(fronts))
+    arrived: list[tuple[str, float]] = []
+    if arrivals:
+        at = cast(list[object], arrivals[0])
+        arrived = [(job, float(text(ms))) for (job, _), ms in zip([*read, *waiting], at, strict=True) if ms]
+    return Heads(tuple(read), tuple(waiting), tuple(fronts), tuple(arrived))
 
 
 def entry_of(raw: str) -> Entry:

@@ -4,10 +4,14 @@ slot) and the fields that put a new job in the line (SPEC S4.1, S4.2) and keep t
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 
 from broker.admission import fair
+from broker.admission.quotas import Bound
 from broker.events import JobStatus
+from broker.store import bound as bounds
 from broker.store import keys, signals
+from broker.store.callbacks import CallbackWrite
 from projections.job import JobView
 
 
@@ -74,3 +78,38 @@ def index_entry(partition: int, view: JobView, before: JobView | None, *, create
     if before.status is not view.status:
         entry["from"] = keys.runs_index(partition, before.status.value)
     return entry
+
+
+def write_script_keys(
+    job_id: str,
+    write: dict[str, object],
+    turn: tuple[str, list[str | int]] | None,
+    callback: CallbackWrite | None,
+    bound: tuple[Bound, bounds.Counted] | None,
+    usage: Sequence[tuple[int, bytes]],
+    *,
+    cluster: bool,
+) -> list[str]:
+    """append_events.lua's KEYS; with the line, the top zset where the key's count is mirrored (SPEC S4.2);
+    with owed callbacks, the job's callback hash and its partition's schedule (SPEC S5.8); with a create's
+    `bound`, the partitions' counts it checks (SPEC S4.4); with `cost`, the partition's parked jobs and fronts (S4.2
+    "What a turn costs"); with usage facts, the partition's zset of them (SPEC S4.5)."""
+    script_keys = [*write_keys(job_id), *([turn[0]] if turn else [])]
+    if "line" in write:
+        script_keys.append(keys.fair_top(keys.partition_of(job_id)))
+        write["top"] = str(len(script_keys))
+    if callback is not None and callback.add:
+        script_keys.extend(callback.script_keys(job_id))
+        write["callback"] = callback.fields(len(script_keys) - 1, len(script_keys))
+    if bound is not None:
+        bounds.add(script_keys, write, *bound, cluster=cluster, job_id=job_id)
+    cost = write.get("cost")
+    if isinstance(cost, dict):
+        partition = keys.partition_of(job_id)
+        script_keys.extend((keys.parked(partition), keys.fronts(partition)))
+        cost["parked"], cost["fronts"] = str(len(script_keys) - 1), str(len(script_keys))
+    if usage:
+        script_keys.append(keys.usage_pending(keys.partition_of(job_id)))
+        items = [item for when, fact in usage for item in (str(when), fact.decode())]
+        write["usage"] = {"key": str(len(script_keys)), "items": items}
+    return script_keys

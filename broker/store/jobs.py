@@ -11,6 +11,7 @@ from attrs import frozen
 from redis.asyncio import Redis
 
 from broker.admission import fair
+from broker.admission.cost import CostMode, CostSettings, Placed
 from broker.admission.quotas import Bound
 from broker.codec import decode, decode_board, decode_view, encode, encode_board, encode_view, pack
 from broker.errors import JobNotFound, LeaseLost, StreamConflict
@@ -21,9 +22,10 @@ from broker.store import keys, lean
 from broker.store.batch import ScriptBatch
 from broker.store.callbacks import CallbackWrite
 from broker.store.connection import is_cluster
+from broker.store.cost_entry import CostEntry
 from broker.store.durability import Durability
 from broker.store.entries import Entries, EventFormat
-from broker.store.job_write import entering, index_entry, write_keys
+from broker.store.job_write import entering, index_entry, write_script_keys
 from broker.store.line_state import read_virtual
 from broker.store.outage import is_outage
 from broker.store.scripts import Scripts, as_strings, ring_work
@@ -75,9 +77,11 @@ class JobStore:
         packed: bool | None = None,
         delta_retention_ms: int = 0,
         virtual: fair.VirtualTimes | None = None,
+        cost: CostSettings | None = None,
     ) -> None:
         """`packed`: pin whether relayed Hermes events are stored packed (None: the store's switch decides);
-        `delta_retention_ms`: RUNS_DELTA_RETENTION (0: a job keeps its deltas as long as the rest)."""
+        `delta_retention_ms`: RUNS_DELTA_RETENTION (0: a job keeps its deltas as long as the rest); `cost`:
+        ADMISSION_FAIRNESS_COST (None or `runs`: fixed tags at create)."""
         self._redis = redis
         self._delta_retention_ms = delta_retention_ms
         self._entries = Entries(redis)
@@ -92,6 +96,8 @@ class JobStore:
         self._batch = ScriptBatch(redis) if not self._cluster and not self._scripts.durability.replicas else None
         self._retention_ms = retention_ms
         self._hold_ms = hold_ms  # a job still waiting in the line by then is woken to expire (RUNS_HOLD)
+        #: cost-aware fair shares (SPEC S4.2 "What a turn costs"): a key's jobs queue behind its front
+        self._cost = None if cost is None or cost.mode is CostMode.RUNS else CostEntry(redis, cost, retention_ms)
 
     async def create(
         self,
@@ -117,8 +123,10 @@ class JobStore:
         self, event: JobCreated, view: JobView, board: BoardWrite | None, bound: Bound | None, counted: bounds.Counted
     ) -> Created:
         turn, args = await self._turn(view, event.at_ms)
-        place, newcomer = None, False
-        if self._cluster:
+        place, newcomer, placed = None, False, None
+        if self._cost is not None:  # the key's queue first (its partition), on either backend
+            placed = await self._cost.enter(event.job_id, view, int(args[1]), self._batch)
+        elif self._cluster:
             reply = await self._scripts.fair_turn(keys=[turn], args=args)
             tag = int(reply.decode() if isinstance(reply, bytes) else reply)
             place, newcomer = fair.score(view.scheduling.priority, tag), tag == args[1]
@@ -130,11 +138,14 @@ class JobStore:
             due_at=event.at_ms + self._hold_ms,
             board=board,
             place=place,
-            turn=None if self._cluster else (turn, args),
+            turn=None if self._cluster or placed else (turn, args),
             newcomer=newcomer,
             bound=(bound, counted) if bound else None,
+            placed=placed,
         )
         if reply[0] == "FULL" and bound is not None:
+            if self._cost is not None:  # nothing stored: the job leaves its key's queue
+                await self._cost.left(event.job_id, view, int(args[1]))
             raise bounds.refused(bound, reply[1], view.scheduling.fairness_key)
         if reply[0] == "OK":
             if self._cluster:  # the doorbells (hints: the line is looked at anyway) are other slots there
@@ -144,6 +155,8 @@ class JobStore:
                 await ring_work(self._redis, {"line": event.job_id})
             return Created(Snapshot(view, reply[1], board.state if board else None), created=True)
         existing = decode_view(reply[1]) or (await self.load(event.job_id) or await self._refold(event.job_id)).view
+        if self._cost is not None and existing.status is not JobStatus.QUEUED:  # past its wait: not its key's to queue
+            await self._cost.left(event.job_id, existing, int(args[1]))
         return Created(Snapshot(existing, ""), created=False)
 
     async def warm(self, now_ms: int) -> None:
@@ -223,6 +236,8 @@ class JobStore:
             case "OK":
                 if self._cluster:
                     await self._ring_board(job_id, board)
+                if self._cost is not None:  # its key's queue, or its run's charge corrected (SPEC S4.2)
+                    await self._cost.written(view, before, usage, self._virtual.tag(view.scheduling.priority))
                 return reply[1:]
             case "CONFLICT":
                 raise StreamConflict(job_id, reply[1])
@@ -249,6 +264,7 @@ class JobStore:
         callback: CallbackWrite | None = None,
         bound: tuple[Bound, bounds.Counted] | None = None,
         usage: Sequence[tuple[int, bytes]] = (),
+        placed: Placed | None = None,
     ) -> list[str]:
         """One append_events.lua over the job's partition (one slot; on a single Redis also the turns of a new
         job's fairness key, `turn`); acknowledged after WAIT when asked. On a single Redis a create's only wake-up
@@ -268,8 +284,10 @@ class JobStore:
             write["due"] = str(due_at)
         if expected == "$new":
             write.update(entering(job_id, view, place, turn, newcomer=newcomer))
+            if placed is not None:
+                CostEntry.fields(job_id, view, placed, write)
         elif view.status.terminal:
-            write["line"] = "leave"
+            write.update({"line": "leave"} if self._cost is None else {"line": "leave", "cost": {}})
         ends = view.status.terminal and not (before and before.status.terminal)
         if ends:
             write.update(self._ending(view, release=release and bool(token)))
@@ -294,39 +312,11 @@ class JobStore:
         }
         if runs:  # what packed entries leave out, kept once in the view hash (broker/store/entries.py)
             write["runs"] = [item for field_run in runs.items() for item in field_run]
-        script_keys = self._script_keys(job_id, write, turn, callback, bound, usage)
+        script_keys = write_script_keys(job_id, write, turn, callback, bound, usage, cluster=self._cluster)
         args = [orjson.dumps(write), encode_view(view), state, report, *stored]
         if self._batch is not None:
             return as_strings(await self._batch.run(self._scripts.append_events, script_keys, args))
         return as_strings(await self._scripts.run(self._scripts.append_events, keys=script_keys, args=args))
-
-    def _script_keys(
-        self,
-        job_id: str,
-        write: dict[str, object],
-        turn: tuple[str, list[str | int]] | None,
-        callback: CallbackWrite | None,
-        bound: tuple[Bound, bounds.Counted] | None,
-        usage: Sequence[tuple[int, bytes]],
-    ) -> list[str]:
-        """append_events.lua's KEYS; with the line, the top zset where the key's count is mirrored (SPEC S4.2);
-        with owed callbacks, the job's callback hash and its partition's schedule (SPEC S5.8); with a create's
-        `bound`, the partitions' counts it checks (SPEC S4.4); with usage facts, the partition's zset of them
-        (SPEC S4.5)."""
-        script_keys = [*write_keys(job_id), *([turn[0]] if turn else [])]
-        if "line" in write:
-            script_keys.append(keys.fair_top(keys.partition_of(job_id)))
-            write["top"] = str(len(script_keys))
-        if callback is not None and callback.add:
-            script_keys.extend(callback.script_keys(job_id))
-            write["callback"] = callback.fields(len(script_keys) - 1, len(script_keys))
-        if bound is not None:
-            bounds.add(script_keys, write, *bound, cluster=self._cluster, job_id=job_id)
-        if usage:
-            script_keys.append(keys.usage_pending(keys.partition_of(job_id)))
-            items = [item for when, fact in usage for item in (str(when), fact.decode())]
-            write["usage"] = {"key": str(len(script_keys)), "items": items}
-        return script_keys
 
     def _ending(self, view: JobView, *, release: bool) -> dict[str, str]:
         """The fields of the write that ends the job."""

@@ -40,7 +40,7 @@ CLAIM_ROUNDS = 3
 Claimed = tuple[str, str, dict[str, str], str | None, str, JobView | None]
 
 
-def _claimed(job_id: str, lease_token: str, claimed: list[object]) -> Claimed:
+def claimed_of(job_id: str, lease_token: str, claimed: list[object]) -> Claimed:
     """A claimed job from admission_claim.lua's reply."""
     stored = {
         name: _text(value)
@@ -100,7 +100,7 @@ class LineClaims:
                 claimed = cast(list[object], claim)
                 tried.add(job_id)
                 if claimed[0] == 1:
-                    taken.append(_claimed(job_id, lease_token, claimed))
+                    taken.append(claimed_of(job_id, lease_token, claimed))
                     self._known.taken(job_id, partition, gone=False)
                 elif claimed[0] == 0:  # not in the line any more: another replica took it, or it was stopped
                     self._known.taken(job_id, partition, gone=True)

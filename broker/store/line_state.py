@@ -162,6 +162,7 @@ def _figure_keys(partition: int) -> tuple[str, ...]:
         keys.runs_index(partition, JobStatus.QUEUED.value),
         keys.due(partition),
         keys.sessions(partition),
+        keys.parked(partition),
     )
 
 

@@ -68,6 +68,8 @@ DEFAULTS = {
     "callback_signing_secrets": (),
     "callback_retry_window_ms": 86_400_000,
     "redis_memory_high": 0.9,
+    "admission_fairness_cost": "runs",  # SPEC S2 says time: the default moves once the cost path is wired
+    "admission_fairness_guess": 60_000,
     "log_level": "info",
     "log_format": "json",
     "console_enabled": True,
@@ -96,6 +98,8 @@ EVERY_VARIABLE = {
         "admission_fairness_weights",
         (("team-a", 3.0), ("team-b", 0.5)),
     ),
+    "ADMISSION_FAIRNESS_COST": (" Tokens ", "admission_fairness_cost", "tokens"),
+    "ADMISSION_FAIRNESS_GUESS": ("20000", "admission_fairness_guess", 20_000),
     "ADMISSION_QUOTAS": (
         '{"default": {"waiting": 100}, "keys": {"batch": {"waiting": 5, "live": 2, "tokens": 1000, "window": "1d"}}}',
         "admission_quotas",
@@ -251,6 +255,10 @@ def test_unknown_variables_are_not_read() -> None:
         ("ADMISSION_FAIRNESS_WEIGHTS", "team-a=1001"),
         ("ADMISSION_FAIRNESS_WEIGHTS", "team-a=nan"),
         ("ADMISSION_FAIRNESS_WEIGHTS", "=2"),
+        ("ADMISSION_FAIRNESS_COST", "seconds"),
+        ("ADMISSION_FAIRNESS_COST", ""),
+        ("ADMISSION_FAIRNESS_GUESS", "0"),
+        ("ADMISSION_FAIRNESS_GUESS", "60s"),
         ("REDIS_MEMORY_HIGH", "0"),
         ("REDIS_MEMORY_HIGH", "1.01"),
         ("REDIS_MEMORY_HIGH", "-0.5"),
@@ -458,3 +466,11 @@ def test_the_broker_exits_with_one_line_naming_a_list_of_a_wrong_length(env: dic
     lines = (done.stdout + done.stderr).strip().splitlines()
     assert len(lines) == 1, lines
     assert wanted in lines[0] and "s1" not in lines[0] and "s2" not in lines[0]
+
+
+def test_the_fairness_cost_settings_reach_the_cost_model() -> None:
+    from broker.admission.cost import GUESS, CostMode, CostSettings
+
+    assert CostSettings.from_config(Config()) == CostSettings(CostMode.RUNS, GUESS)  # today's path until wired
+    tokens = Config.from_env({"ADMISSION_FAIRNESS_COST": "tokens", "ADMISSION_FAIRNESS_GUESS": "5000"})
+    assert CostSettings.from_config(tokens) == CostSettings(CostMode.TOKENS, 5000)

@@ -27,6 +27,7 @@ def _secret_laden() -> dict[str, str]:
         "BOARD_URL": f"https://board:{BOARD_PASSWORD}@board.example/hook?token={BOARD_PASSWORD}",
         "BOARD_SIGNING_SECRET": SECRET,
         "ADMISSION_FAIRNESS_WEIGHTS": "tenant-a=2,tenant-b=0.5",
+        "ADMISSION_FAIRNESS_COST": "time",
         "RUNS_DELTA_RETENTION": "0",
         "CALLBACK_ALLOWED_HOSTS": "hooks.example,*.example.org",
         "CALLBACK_SIGNING_SECRET": SECRET,
@@ -42,6 +43,7 @@ def test_the_effective_configuration_names_hosts_and_modes_never_a_secret() -> N
     assert (fields["board"], fields["boardHost"], fields["signing"]) == (True, "board.example", True)
     assert (fields["retentionMs"], fields["deltaRetentionMs"]) == (604_800_000, 0)
     assert (fields["fairnessDefault"], fields["fairnessWeights"]) == ("session_key", 2)
+    assert (fields["fairnessCost"], fields["fairnessGuess"]) == ("time", 60_000)
     assert fields["tracing"] is True
     assert (fields["callbackHosts"], fields["callbackSigning"]) == ("hooks.example,*.example.org", True)
     shown = repr(fields)

@@ -6,19 +6,29 @@
 -- fairness key's count of waiting jobs (SPEC S4.2; the key is in its view JSON).
 -- KEYS[1] partition line zset   KEYS[2] job lease   KEYS[3] partition due zset   KEYS[4] job view hash
 -- KEYS[5] job events   KEYS[6] partition fair hash   KEYS[7] (optional) partition fair top zset, the key's
---   count mirrored there   (one slot: {pN})
+--   count mirrored there   KEYS[8], KEYS[9] (optional, with KEYS[7]: ADMISSION_FAIRNESS_COST time or tokens) partition
+--   parked zset and fronts hash: a job not in the line is taken from the parked jobs (a key's next job a pass
+--   planned behind its front, SPEC S4.2 "What a turn costs"), and a front's entry goes with it   (one slot: {pN})
 -- ARGV[1] job   ARGV[2] lease token   ARGV[3] lease ms   ARGV[4] takeover deadline (epoch ms)
 -- Returns {1, place, view state, last id, board fold state, JobCreated JSON} when claimed (false for a
--- field the view hash lacks, or no stream); {0} when the job is not in the line (any more); {-1} when
+-- field the view hash lacks, or no stream); {0} when the job is not in the line (nor parked) any more; {-1} when
 -- another holder has its lease (the job stays in the line).
-local place = redis.call('ZSCORE', KEYS[1], ARGV[1])
+local from = KEYS[1]
+local place = redis.call('ZSCORE', from, ARGV[1])
+if not place and KEYS[8] then
+  from = KEYS[8]
+  place = redis.call('ZSCORE', from, ARGV[1])
+end
 if not place then
   return {0}
 end
 if not redis.call('SET', KEYS[2], ARGV[2], 'NX', 'PX', ARGV[3]) then
   return {-1}
 end
-redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZREM', from, ARGV[1])
+if KEYS[9] then
+  redis.call('HDEL', KEYS[9], ARGV[1])
+end
 redis.call('ZADD', KEYS[3], ARGV[4], ARGV[1])
 local view = redis.call('HMGET', KEYS[4], 'state', 'last_id', 'board')
 if KEYS[6] and tonumber(place) >= 2 ^ 51 then

@@ -14,6 +14,7 @@
 --   or leaves the line
 -- KEYS[bound.key.first..last] partition fair hashes, KEYS[bound.all.first..last] partition lines: with `bound`
 --   (on a single Redis every partition's; on a cluster the job's own: one slot)
+-- KEYS[w.cost.parked] partition parked zset, KEYS[w.cost.fronts] partition fronts hash: with `cost`
 -- KEYS[w.usage.key] partition usage zset (facts not yet counted in their hour, SPEC S4.5): with `usage`
 -- ARGV[1] the write, a JSON object of strings:
 --   job        the job id
@@ -47,6 +48,11 @@
 --              pass reads the job's partition, at once (broker/store/signals.py; PUBLISH names no key; the
 --              create's only wake-up: no doorbell in the work stream);
 --              `newcomer` (with `turn`) instead when the job starts at V, its key having no turn ahead of it
+--   cost       present (ADMISSION_FAIRNESS_COST time or tokens, SPEC S4.2 "What a turn costs"): {parked, fronts}, the
+--              indexes in KEYS of the partition's parked zset and fronts hash, and with 'enter' (fair_turn_cost.lua
+--              placed the job, `place` its score) `park` ('1': the job waits parked behind its key's front, not in
+--              the line) or `entry` (its key's front: its fronts entry `advance|more|next ids|key`); with 'leave'
+--              the job leaves the parked jobs (uncounted as from the line) and the fronts too
 --   deltas     present (with `expire`): when the job's message deltas are removed (epoch ms, S3.6)
 --   release    present (with `expire` and a `token`): the job ends in its driver's write: its run lease
 --              (KEYS[3]) is released and the job leaves the due schedule (KEYS[4]) here, as release_lease.lua
@@ -148,7 +154,15 @@ if w.line == 'enter' then
     redis.call('ZADD', turns, string.format('%.0f', math.min(s + tonumber(t.advance), most)), t.key)
     place = string.format('%.0f', tonumber(t.band) + s)
   end
-  redis.call('ZADD', KEYS[9], place, w.job)
+  local c = w.cost
+  if c and c.park then
+    redis.call('ZADD', KEYS[tonumber(c.parked)], place, w.job)
+  else
+    redis.call('ZADD', KEYS[9], place, w.job)
+    if c and c.entry then
+      redis.call('HSET', KEYS[tonumber(c.fronts)], w.job, c.entry)
+    end
+  end
   if w.arrived then
     redis.call('ZADD', KEYS[13], w.arrived, w.job)
     if string.sub(w.job, -1) == '0' then  -- one create in 16 trims (a job's end takes its own entry out)
@@ -163,9 +177,18 @@ if w.line == 'enter' then
   end
 elseif w.line == 'leave' then
   redis.call('ZREM', KEYS[13], w.job)
-  local place = redis.call('ZSCORE', KEYS[9], w.job)
+  local from = KEYS[9]
+  local place = redis.call('ZSCORE', from, w.job)
+  local c = w.cost
+  if c then
+    redis.call('HDEL', KEYS[tonumber(c.fronts)], w.job)
+    if not place then
+      from = KEYS[tonumber(c.parked)]
+      place = redis.call('ZSCORE', from, w.job)
+    end
+  end
   if place then
-    redis.call('ZREM', KEYS[9], w.job)
+    redis.call('ZREM', from, w.job)
     if tonumber(place) >= 2 ^ 51 then
       local ok, view = pcall(cjson.decode, ARGV[2])
       local s = ok and type(view) == 'table' and view.scheduling

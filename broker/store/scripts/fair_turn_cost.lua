@@ -8,7 +8,8 @@
 -- KEYS[1] the priority's turns zset   KEYS[2] the priority's keys hash   KEYS[3] the key's queue zset
 -- KEYS[4] the key's cost hash   KEYS[5] the key's settled zset   (one slot: the key's partition {pK})
 -- ARGV[1] fairness key   ARGV[2] priority   ARGV[3] weight   ARGV[4] V (cost.entering)   ARGV[5] mode
--- ARGV[6] guess   ARGV[7] retention ms   ARGV[8] job   ARGV[9] created ms   ARGV[10] paced (a newcomer's advance)
+-- ARGV[6] guess   ARGV[7] retention ms   ARGV[8] job   ARGV[9] created ms   ARGV[10] paced (a newcomer's advance; '': its
+-- key's estimate)
 -- Returns {tag, parked, at_v, advance, paced}
 local MAX_TAG, MAX_ADVANCE, UNIT, FLOOR = 2 ^ 50 - 1, 2 ^ 30, 10000, 1
 local key, p, weight, v = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -57,7 +58,7 @@ local arrived = math.max(tonumber(ARGV[9]), last and tonumber(last) + 1 or 0)
 if not last then
   local tag = math.min(math.max(line.f or 0, v), MAX_TAG)
   local at_v = tag == v and '1' or '0'
-  local paced = tag == v and tonumber(ARGV[10]) or 0
+  local paced = tag == v and (tonumber(ARGV[10]) or advance) or 0
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', fmt(v))
   redis.call('ZADD', KEYS[3], fmt(arrived), job)
   save({f = tag, projected = math.min(tag + advance, MAX_TAG), front = job, tag = tag, at_v = at_v, advance = advance,

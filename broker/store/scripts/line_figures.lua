@@ -6,13 +6,20 @@
 -- hash no longer has is left out). Reads only.
 -- KEYS[1] partition line zset   KEYS[2] partition fair hash   KEYS[3] partition fair top zset
 -- KEYS[4] partition listing index of queued jobs   KEYS[5] partition due zset
--- KEYS[6] partition sessions hash (its `waiting`: turns waiting for their session, SPEC S4.3)   (one slot: {pN})
+-- KEYS[6] partition sessions hash (its `waiting`: turns waiting for their session, SPEC S4.3)
+-- KEYS[7] (optional) partition parked zset: its jobs wait too and count as the line's (SPEC S4.2 "What a turn
+--   costs": a key's jobs behind its front)   (one slot: {pN})
 -- ARGV[1] most keys listed   ARGV[2..] min, max score pairs of the line to count (ahead, then each band)
 -- Returns {count per pair..., due jobs, oldest queued score or '', turns waiting for their session, complete (1:
 -- every key of the hash is listed), key, count, weight, ...}
 local reply = {}
+local parked = KEYS[7] and redis.call('EXISTS', KEYS[7]) == 1
 for i = 2, #ARGV, 2 do
-  reply[#reply + 1] = redis.call('ZCOUNT', KEYS[1], ARGV[i], ARGV[i + 1])
+  local n = redis.call('ZCOUNT', KEYS[1], ARGV[i], ARGV[i + 1])
+  if parked then
+    n = n + redis.call('ZCOUNT', KEYS[7], ARGV[i], ARGV[i + 1])
+  end
+  reply[#reply + 1] = n
 end
 reply[#reply + 1] = redis.call('ZCARD', KEYS[5])
 local oldest = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')

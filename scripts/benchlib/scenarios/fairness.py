@@ -8,6 +8,9 @@ The baseline column is the ideal.
   starts (both are backlogged all along; a run's start = its terminal's updated_at - its length), target 0.75.
 - trickle: key A's 2K jobs, then a new one-job key for each run that starts (polling the simulator's creates), K of
   them: A's share of the creates accepted while they arrive, target 0.5 (keys without a turn are paced as one key).
+- what a turn costs: key L's `sleep:2` and key S's `sleep:0.2` backlogs created at once, driven for a window with
+  ADMISSION_FAIRNESS_COST=time, then with `runs`: L's share of the Hermes time of the runs started in the window (both
+  still backlogged), target 0.45-0.55 under `time` (`runs` gives L about 0.9).
 - many keys: the S4.1 burst (fill, 429s, order) with every job under its own fairness key.
 """
 
@@ -104,6 +107,43 @@ async def trickle_round(services: Services, plan: Plan) -> float:
     return sum(job in a for job in meanwhile) / max(1, len(meanwhile))
 
 
+LONG_S, SHORT_S = 2.0, 0.2  #: the run lengths of the cost row's two keys
+
+
+async def cost_round(services: Services, plan: Plan, mode: str) -> float:
+    """L's share of the Hermes time of the runs started in a window of `plan.fairness_weighted / 4` s."""
+    await services.reset(max_concurrent=CAP)
+    window_s = plan.fairness_weighted / 4
+    longs = int(CAP * window_s / (LONG_S + SIM_STEP_S)) + CAP
+    shorts = int(CAP * window_s / (SHORT_S + SIM_STEP_S)) + CAP
+    extra = {"ADMISSION_FAIRNESS_COST": mode, "ADMISSION_FAIRNESS_GUESS": "1000"}
+    async with services.brokers(1, extra) as procs, aiohttp.ClientSession() as session:
+        url = procs[0].url
+        mixed = [("L", 1.0)] * longs + [("S", 1.0)] * shorts
+        text = {"L": f"bench cost L sleep:{LONG_S}", "S": f"bench cost S sleep:{SHORT_S}"}
+        created = await gather_limited(
+            64, mixed, lambda job: post_json(session, f"{url}/v1/runs", body(text[job[0]], job[0], job[1]))
+        )
+        ids = [str(job["run_id"]) for job in created]
+        long_ids = set(ids[:longs])
+        began = None
+        while began is None:  # the window opens at the first run
+            began = time.monotonic() if await accepted(services, session) else None
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(window_s)
+        started = await accepted(services, session)
+        await gather_limited(64, ids, lambda job_id: stop(session, f"{url}/v1/runs/{job_id}/stop"))
+    long_n = sum(job in long_ids for job in started)
+    long_time, short_time = long_n * (LONG_S + SIM_STEP_S), (len(started) - long_n) * (SHORT_S + SIM_STEP_S)
+    return long_time / max(1e-9, long_time + short_time)
+
+
+async def stop(session: aiohttp.ClientSession, url: str) -> int:
+    """Stop a job, whatever it is by now (a finished one answers 409)."""
+    async with session.post(url) as answer:
+        return answer.status
+
+
 async def accepted(services: Services, session: aiohttp.ClientSession) -> list[str]:
     """The jobs whose creates the simulator accepted, in order."""
     async with session.get(f"{services.sim_url}/_sim/requests") as answer:
@@ -150,6 +190,10 @@ async def run(services: Services, plan: Plan) -> list[Row]:
     name = f"fairness, key A {2 * count} then a new key per start, {count} x sleep:1, cap {CAP}, 1 replica"
     trickle = await trickle_round(services, plan)
     rows.append(Row(name, "A's share of the starts meanwhile", [trickle], target="ideal 0.5 (>= 0.35)", ideal=0.5))
+    name = f"fairness, key L sleep:{LONG_S} and key S sleep:{SHORT_S} backlogs, cap {CAP}, 1 replica"
+    for mode, target in (("time", "0.45-0.55"), ("runs", "about 0.9 (counting jobs)")):
+        share = await cost_round(services, plan, mode)
+        rows.append(Row(name, f"L's share of the Hermes time, ADMISSION_FAIRNESS_COST={mode}", [share], target=target))
     span, per_run, far = await many_keys_round(services, plan)
     name = f"fairness, {plan.admission_jobs} x sleep:1, one key each, cap {CAP}, 1 replica"
     burst_ideal = plan.admission_jobs / CAP * RUN

@@ -80,12 +80,13 @@ async def test_a_late_key_starts_within_about_one_round_not_after_the_backlog(
 async def test_backlogged_keys_share_by_their_weights(
     make_client: ClientFactory, make_replica: ClientFactory, sim: Simulator
 ) -> None:
-    # Given two backlogged keys of weights 3 and 1
-    client = await make_client()
+    # Given two backlogged keys of weights 3 and 1, charged per job (`runs`: their runs take no time to speak of; the
+    # shares of Hermes time under `time` are test_cost_shares.py's)
+    client = await make_client(admission_fairness_cost="runs")
     heavy = [await submit(client, f"h {i}", key="heavy", weight=3) for i in range(24)]
     light = [await submit(client, f"l {i}", key="light") for i in range(24)]
     # When they are driven one at a time
-    replica = await make_replica(hermes_max_concurrent=1)
+    replica = await make_replica(hermes_max_concurrent=1, admission_fairness_cost="runs")
     await all_settled(replica, heavy + light)
     first = create_keys(sim, 202)[:24]
     # Then while both wait, the heavy key gets 3 of every 4 starts (within one job per key)
@@ -132,9 +133,9 @@ async def _has_started(sim: Simulator, job_id: str) -> bool:
 async def test_a_line_written_by_the_previous_broker_is_driven_to_the_end_first(
     make_client: ClientFactory, make_replica: ClientFactory, sim: Simulator, redis: Redis
 ) -> None:
-    # Given jobs as the previous broker stored them: JobCreated without scheduling, placed at created ms * 1000,
-    # not counted
-    client = await make_client()
+    # Given jobs as the previous broker stored them: JobCreated without scheduling, placed at created ms * 1000
+    # (in the line, as a broker charging per job puts every job), not counted
+    client = await make_client(admission_fairness_cost="runs")
     legacy = [(await create(client, {"input": f"old {i}"}))["run_id"] for i in range(3)]
     places = []
     for job_id in legacy:
@@ -144,6 +145,7 @@ async def test_a_line_written_by_the_previous_broker_is_driven_to_the_end_first(
     for partition in keys.partitions():
         await redis.delete(keys.fair(partition))
     # and new jobs, one of the first priority
+    client = await make_client()
     new = [await submit(client, "new", key="k"), await submit(client, "first", priority=1, key="k")]
     # When a replica drives them one at a time
     replica = await make_replica(hermes_max_concurrent=1)

@@ -24,8 +24,9 @@ PARTITIONS = keys.PARTITIONS
 MARK = "scrape-calls-end"
 #: What a fresh read sends at most: PING, 2 per upstream, one script per partition, one HMGET per partition.
 CLIENT_CALLS = 1 + 2 + PARTITIONS + PARTITIONS
-#: And what Redis runs at most, the scripts' own commands included (line_figures.lua runs 12 at most).
-ALL_CALLS = 1 + 2 + PARTITIONS * (1 + 12) + PARTITIONS
+#: And what Redis runs at most, the scripts' own commands included (line_figures.lua runs 13 at most while no job is
+#: parked: 12 and the EXISTS of the partition's parked jobs).
+ALL_CALLS = 1 + 2 + PARTITIONS * (1 + 13) + PARTITIONS
 
 
 async def _counted(redis: Redis, action: Awaitable[object]) -> collections.Counter[str]:

@@ -237,6 +237,22 @@ async def _fair_clear(redis: Redis) -> object:
     return await store.admit(2_000, 5)  # a full read sees the empty line with counts: clears them
 
 
+async def _fair_clear_parked(redis: Redis) -> object:
+    """admission_fair_clear.lua of a cost-aware pass (the parked jobs' zset among its KEYS): a partition whose line
+    is empty keeps its counts while a job is parked there, and clears them when none is."""
+    store = AdmissionStore(redis, Pacing(pinned=5), cost=(CostSettings(), 60_000))
+    partition = keys.partition_of(JOB)
+    await redis.zadd(keys.parked(partition), {JOB: 2.0**52})
+    await redis.hset(keys.fair(partition), "n:drift", "3")  # type: ignore[misc]
+    await store.admit(2_000, 5)  # a full read sees the empty line: the parked job keeps the counts
+    assert await redis.hget(keys.fair(partition), "n:drift") == "3"
+    await redis.delete(keys.parked(partition))
+    store = AdmissionStore(redis, Pacing(pinned=5), cost=(CostSettings(), 60_000))
+    await store.admit(3_000, 5)
+    assert not await redis.exists(keys.fair(partition))
+    return True
+
+
 async def _stop_waiting(redis: Redis) -> object:
     await _create(redis)
     store = JobStore(redis, retention_ms=60_000)
@@ -424,6 +440,48 @@ async def _cost_turns(redis: Redis) -> object:
     return await store.unpark(keys.partition_of(second))
 
 
+async def _cost_create_and_stop(redis: Redis) -> object:
+    """Creates under ADMISSION_FAIRNESS_COST time (fair_turn_cost.lua, then append_events.lua with the parked jobs or
+    the fronts) and a stop of the front (append_events.lua leaving the line and the fronts, fair_next.lua `left`,
+    fair_promote.lua of the key's next job)."""
+    store = JobStore(redis, retention_ms=60_000, cost=CostSettings())
+    second = "job_" + "b" * 32
+    for n, job_id in enumerate((JOB, second)):
+        event = JobCreated(
+            job_id=job_id, at_ms=1_000 + n, body="{}", fingerprint=str(n), scheduling=Scheduling(fairness_key="t{a}")
+        )
+        view = apply(None, event)
+        assert view is not None
+        await store.create(event, view)
+    assert await redis.zscore(keys.parked(keys.partition_of(second)), second) is not None
+    snapshot = await store.load(JOB)
+    assert snapshot is not None
+    stop = StopRequested(job_id=JOB, at_ms=1_100)
+    finished = JobFinished(job_id=JOB, at_ms=1_100, status=JobStatus.CANCELLED, error_code="stopped")
+    view = fold([stop, finished], snapshot.view)
+    assert view is not None
+    await store.append(JOB, [stop, finished], view, expected_last_id=None, before=snapshot.view)
+    place = await redis.zscore(keys.line(keys.partition_of(second)), second)
+    assert place is not None  # the key's next job is its front
+    return place
+
+
+async def _cost_pass(redis: Redis) -> object:
+    """A pass under ADMISSION_FAIRNESS_COST time: line_heads.lua per partition, admission_claim.lua from the line
+    and from the parked jobs, fair_next.lua per key, fair_promote.lua per next front, in rounds."""
+    store = JobStore(redis, retention_ms=60_000, cost=CostSettings())
+    jobs = [f"job_{n:032x}" for n in range(3)]
+    for n, job_id in enumerate(jobs):
+        scheduling = Scheduling(fairness_key="t{a}")
+        event = JobCreated(job_id=job_id, at_ms=1_000 + n, body="{}", fingerprint=str(n), scheduling=scheduling)
+        view = apply(None, event)
+        assert view is not None
+        await store.create(event, view)
+    grants = await AdmissionStore(redis, Pacing(pinned=5), cost=(CostSettings(), 60_000)).admit(2_000, 5)
+    assert grants.jobs == jobs  # the key's order, its jobs after the first taken from the parked jobs
+    return grants
+
+
 SINGLE_SLOT: list[tuple[str, Operation]] = [
     ("append_events (create)", _create),
     ("bounded create: the other partitions read, then append_events checks its own (SPEC S4.4)", _create_bounded),
@@ -444,6 +502,7 @@ SINGLE_SLOT: list[tuple[str, Operation]] = [
     ("admission_enter", _enter),
     ("quota_wake + admission_enter in its woken mode (a held job back in the line, SPEC S4.4)", _return_woken),
     ("admission_fair_clear", _fair_clear),
+    ("admission_fair_clear with the parked jobs (a cost-aware pass)", _fair_clear_parked),
     ("admission_ties (a pass that reaches jobs of one start tag)", _admit_with_ties),
     ("append_events (a stop leaves the line and the key's count)", _stop_waiting),
     ("replace_view (and the rebuild's MULTI read)", _replace_view),
@@ -467,6 +526,11 @@ SINGLE_SLOT: list[tuple[str, Operation]] = [
         "fair_turn_cost + fair_next + fair_promote + line_heads + fair_settle (what a turn costs, SPEC S4.2)",
         _cost_turns,
     ),
+    (
+        "fair_turn_cost + append_events (a create parked or a front) + a stop (fair_next left, fair_promote)",
+        _cost_create_and_stop,
+    ),
+    ("line_heads + admission_claim (line or parked) + fair_next + fair_promote (a cost-aware pass)", _cost_pass),
 ]
 
 #: The scripts each operation above runs (every script of the store must be covered).

@@ -1,0 +1,193 @@
+"""Steps 2 and 3 of an admission pass when `ADMISSION_FAIRNESS_COST` is `time` or `tokens` (SPEC S4.2 "What a turn
+costs"; design 4): each round reads the lines that may have changed with their parked jobs and fronts entries
+(line_heads.lua, one pipeline), plans up to the room over the merged heads (cost.considered, cost.plan: a front, then
+its key's next jobs at its estimate apart, merged with the other keys'), claims the planned jobs (admission_claim.lua
+from the line or the parked jobs, one pipeline), runs the key step of each key whose first attempts it claimed
+(fair_next.lua, one pipeline: each charged its estimate, once per attempt) and places the keys' next fronts
+(fair_promote.lua, one pipeline; a front found gone is reported `left` and its key's next one placed). A round
+plans a key's jobs only as far as its fronts entry names them; the next round reads the new fronts (CLAIM_ROUNDS at
+most; the last also takes parked jobs behind fronts it could not plan: nothing idles for fairness).
+
+Resubmits and jobs an older broker placed are single heads ahead of the bands, granted first and stepped by nobody
+(a resubmit is charged what it measured, at its settle).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import cast
+
+from redis.asyncio import Redis
+
+from broker.admission import cost, fair
+from broker.admission.cost import CostSettings
+from broker.admission.heads import DEPTH
+from broker.store import keys
+from broker.store.cost_store import CostStore, Entry, Front, Step
+from broker.store.leases import new_token
+from broker.store.line_claims import CLAIM_ROUNDS, DRIFT_CHECK_MS, Claimed, LineClaims, claimed_of
+from broker.store.scripts import Scripts, run_many
+
+#: Fronts found gone in a row one key's placing follows (each reported `left`); the rest wait for the next step.
+GONE_ROUNDS = 3
+
+Planned = tuple[str, int]  #: a job a round plans to claim, and its partition
+
+
+class CostLineClaims(LineClaims):
+    """LineClaims whose rounds plan by the keys' costs."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        scripts: Scripts,
+        replica: str,
+        ttl_ms: int,
+        settings: CostSettings,
+        retention_ms: int,
+        virtual: fair.VirtualTimes,
+    ) -> None:
+        super().__init__(redis, scripts, replica, ttl_ms)
+        self.costs = CostStore(redis, settings, retention_ms, scripts)
+        self._virtual = virtual  #: V per priority as the pass learnt it (the key steps' V)
+        self._parked_heads: dict[int, tuple[tuple[str, float], ...]] = {}  #: partition -> its first parked jobs
+        self._entries: dict[str, Entry] = {}  #: front -> its fronts entry, as last read
+        self._arrived: dict[str, float] = {}  #: job read -> its created ms (heads of one rank go oldest first)
+
+    def any_waiting(self) -> bool:
+        return super().any_waiting() or any(self._parked_heads.values())
+
+    async def claim(self, most: int, parked: set[str], now_ms: int, *, full: bool) -> list[Claimed]:
+        taken: list[Claimed] = []
+        tried: set[str] = set()
+        for attempt in range(CLAIM_ROUNDS):
+            wanted = most - len(taken)
+            if wanted <= 0:
+                break
+            skipped = parked | tried
+            await self._read(wanted + len(skipped), now_ms, full=full and attempt == 0)
+            planned = self._plan(wanted, skipped, fallback=attempt == CLAIM_ROUNDS - 1)
+            if not planned:
+                if attempt < CLAIM_ROUNDS - 1 and any(self._parked_heads.values()):
+                    continue  # parked jobs behind fronts not plannable here: the last round takes them
+                break
+            tried.update(job_id for job_id, _ in planned)
+            taken.extend(await self._claim_round(planned, now_ms))
+        return taken
+
+    async def _read(self, most: int, now_ms: int, *, full: bool) -> None:
+        """Read the lines that may have changed (every line when `full`) with their parked jobs and fronts entries."""
+        read = list(keys.partitions()) if full else self._known.to_read(most)
+        if not read:
+            return
+        depth = max(most, DEPTH)
+        self._known.reading(read)
+        found = await self.costs.heads(read, depth, arrived=True)
+        fresh = set(read)
+        self._entries = {job: e for job, e in self._entries.items() if keys.partition_of(job) not in fresh}
+        self._arrived = {job: at for job, at in self._arrived.items() if keys.partition_of(job) not in fresh}
+        for partition, heads in found.items():
+            self._known.read(partition, list(heads.line), depth)
+            self._parked_heads[partition] = heads.parked
+            self._entries.update(heads.fronts)
+            self._arrived.update(heads.arrived)
+        if full and now_ms - self._drift_checked_at >= DRIFT_CHECK_MS:
+            self._drift_checked_at = now_ms
+            await self._check_drift([p for p, heads in found.items() if not heads.line and not heads.parked])
+
+    def _plan(self, most: int, skipped: set[str], *, fallback: bool) -> list[Planned]:
+        """The jobs a round claims, in line order (cost.plan over the known heads)."""
+        heads: list[cost.Head] = []
+        where: dict[str, int] = {}
+        for partition, line in self._known.lines():
+            for job_id, score in line:
+                entry = self._entries.get(job_id)
+                advance, more = (entry.advance, min(entry.more, len(entry.next))) if entry else (0, 0)
+                arrival = self._arrived.get(job_id, 0.0)
+                heads.append(cost.Head(cost.rank(score, parked=False), job_id, arrival, advance, more))
+                where[job_id] = partition
+        for partition, parked in self._parked_heads.items():
+            for job_id, score in parked:
+                heads.append(cost.Head(cost.rank(score, parked=True), job_id, self._arrived.get(job_id, 0.0)))
+                where[job_id] = partition
+        heads = [head for head in heads if head.job not in skipped]
+        heads.sort(key=lambda head: (head.rank, head.arrival))
+        planned: list[Planned] = []
+        for head, n in cost.plan(cost.considered(heads, fallback=fallback), most + len(skipped)):
+            job_id = head.job if n == 0 else self._entries[head.job].next[n - 1]
+            if job_id not in skipped and len(planned) < most:
+                planned.append((job_id, where[head.job] if n == 0 else keys.partition_of(job_id)))
+        return planned
+
+    async def _claim_round(self, planned: Sequence[Planned], now_ms: int) -> list[Claimed]:
+        """Claim the planned jobs; step the keys of the first attempts claimed and place their next fronts."""
+        heads = [(job_id, new_token(self._replica), partition) for job_id, partition in planned]
+        claims = await run_many(self._redis, self._scripts.admission_claim, self._cost_claim_calls(heads, now_ms))
+        taken: list[Claimed] = []
+        for (job_id, lease_token, partition), claim in zip(heads, claims, strict=True):
+            reply = cast(list[object], claim)
+            if reply[0] == 1:
+                taken.append(claimed_of(job_id, lease_token, reply))
+                self._known.taken(job_id, partition, gone=False)
+                self._forget_parked(job_id, partition)
+            elif reply[0] == 0:  # gone: another replica took it, or it was stopped
+                self._known.taken(job_id, partition, gone=True)
+                self._forget_parked(job_id, partition)
+        await self._step(taken)
+        return taken
+
+    def _cost_claim_calls(
+        self, heads: Sequence[tuple[str, str, int]], now_ms: int
+    ) -> list[tuple[list[str], list[str | int]]]:
+        calls = self._claim_calls(heads, now_ms)
+        for (script_keys, _), (_, _, partition) in zip(calls, heads, strict=True):
+            script_keys.extend((keys.parked(partition), keys.fronts(partition)))
+        return calls
+
+    def _forget_parked(self, job_id: str, partition: int) -> None:
+        parked = self._parked_heads.get(partition)
+        if parked:
+            self._parked_heads[partition] = tuple(entry for entry in parked if entry[0] != job_id)
+        self._entries.pop(job_id, None)
+        self._arrived.pop(job_id, None)
+
+    async def _step(self, taken: Sequence[Claimed]) -> None:
+        """The key steps of the claimed first attempts, in claim order per key, and their keys' next fronts placed."""
+        by_key: dict[tuple[str, int], tuple[float, list[Step]]] = {}
+        for job_id, _, _, _, place, view in taken:
+            if view is None or view.attempt != 1 or fair.band_of(float(place)) is None:
+                continue  # a resubmit, or a job an older broker placed: no key step
+            s = view.scheduling
+            by_key.setdefault((s.fairness_key, s.priority), (s.fairness_weight, []))[1].append(Step(job_id))
+        if not by_key:
+            return
+        calls = [
+            (key, priority, weight, self._virtual.tag(priority), jobs)
+            for (key, priority), (weight, jobs) in by_key.items()
+        ]
+        steps = await self.costs.steps(calls)
+        weights = {(key, priority): weight for key, priority, weight, _, _ in calls}
+        await self.place([step.front for step in steps if step.front is not None], weights)
+
+    async def place(self, fronts: Sequence[Front], weights: dict[tuple[str, int], float]) -> None:
+        """Place the keys' fronts in their lines; one found gone is reported `left`, its key's next one placed."""
+        for _ in range(GONE_ROUNDS):
+            if not fronts:
+                return
+            for front in fronts:
+                self._known.changed(keys.partition_of(front.placed.job))
+            placed = await self.costs.promote(fronts)
+            gone = [front for front, answer in zip(fronts, placed, strict=True) if answer == 0]
+            if not gone:
+                return
+            calls = [
+                (
+                    f.key,
+                    f.priority,
+                    weights.get((f.key, f.priority), 1.0),
+                    self._virtual.tag(f.priority),
+                    [Step(f.placed.job, left=True)],
+                )
+                for f in gone
+            ]
+            fronts = [step.front for step in await self.costs.steps(calls) if step.front is not None]

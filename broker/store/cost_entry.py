@@ -1,0 +1,114 @@
+"""A job's entry to and exit from its key's queue when `ADMISSION_FAIRNESS_COST` is `time` or `tokens` (SPEC S4.2 "What
+a turn costs"; broker/admission/cost.py): the job store's side of broker/store/cost_store.py.
+
+    create  fair_turn_cost.lua first (the key's partition), then the job write (the job's partition) puts the job in
+            the line as its key's front, with its fronts entry, or among the parked jobs (`fields`)
+    end     the job write of a job that ends while it waits takes it off the line or the parked jobs; then its key's
+            step (`left`) drops it from the key's queue, and a front it was is followed by the key's next one
+
+On a single Redis as on a cluster the key's script runs before the job write: a create that dies between the two
+leaves the job id in its key's queue (design 8: the client's retry places it again; `left` drops it when the write
+was refused or the job exists finished). `runs` keeps today's path (fair_turn.lua, fixed tags at create): the job
+store then has no CostEntry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from redis.asyncio import Redis
+
+from broker.admission import cost, fair
+from broker.admission.cost import CostSettings, Placed
+from broker.store import signals
+from broker.store import usage as usage_store
+from broker.store.batch import ScriptBatch
+from broker.store.cost_store import CostStore, Front, Step
+from broker.store.scripts import Scripts
+from projections.job import JobView
+from projections.usage import Used
+
+#: Fronts found gone in a row that one `left` follows (each reported `left` in turn); the rest wait for the next step.
+GONE_ROUNDS = 3
+
+
+class CostEntry:
+    """Creates and ends of first attempts in cost-aware fair shares."""
+
+    def __init__(self, redis: Redis, settings: CostSettings, retention_ms: int, scripts: Scripts | None = None) -> None:
+        self.store = CostStore(redis, settings, retention_ms, scripts)
+
+    async def enter(self, job_id: str, view: JobView, virtual: int, batch: ScriptBatch | None = None) -> Placed:
+        """The job joins its key's queue (fair_turn_cost.lua at the line's V): its key's front, or parked. `batch`:
+        the job writes' pipeline of a single Redis, so that concurrent creates keep their order."""
+        s = view.scheduling
+        return await self.store.enter(
+            job_id, s.fairness_key, s.priority, s.fairness_weight, view.created_at_ms, virtual, None, batch
+        )
+
+    @staticmethod
+    def fields(job_id: str, view: JobView, placed: Placed, write: dict[str, object]) -> None:
+        """What the create's job write carries for `placed` (fields beside job_write.entering's): the place, the
+        `cost` object of append_events.lua and, for a front at V, `new S A J` with A its key's pacing (`paced`)."""
+        s = view.scheduling
+        score = fair.score(s.priority, placed.tag)
+        write["place"] = str(score)
+        if placed.parked:
+            write["cost"] = {"park": "1"}
+            return
+        write["cost"] = {"entry": Front(s.fairness_key, s.priority, placed).entry}
+        if placed.at_v:
+            joined = dict(write["joined"]) if isinstance(write["joined"], dict) else {}
+            joined["message"] = signals.newcomer_message(job_id, score, placed.paced)
+            write["joined"] = joined
+
+    async def written(
+        self, view: JobView, before: JobView | None, usage: Sequence[tuple[int, bytes]], virtual: int
+    ) -> None:
+        """After a job write: a first attempt that ended before any run leaves its key's queue (a no-op when it was
+        granted), and the runs it settled correct their key's charges."""
+        if view.status.terminal and not view.accepted_attempt and not (before and before.status.terminal):
+            await self.left(view.job_id, view, virtual)
+        facts = [used for used in (usage_store.decode(fact.decode()) for _, fact in usage) if used and used.settles]
+        if facts:
+            await self.settled(view, facts, virtual, view.updated_at_ms)
+
+    async def left(self, job_id: str, view: JobView, virtual: int) -> None:
+        """A first attempt left its key's queue without a run (stopped, expired, or its create refused): the key's
+        step drops it, and when it was the front the key's next job joins the line."""
+        s = view.scheduling
+        step = await self.store.step(s.fairness_key, s.priority, s.fairness_weight, virtual, [Step(job_id, left=True)])
+        await self.place(step.front, s.fairness_weight, virtual)
+
+    async def settled(self, view: JobView, facts: Sequence[Used], virtual: int, now_ms: int) -> None:
+        """Runs of the job settled (`facts`: its usage facts that settle a run, SPEC S4.5): each attempt's charge is
+        corrected by what it measured (fair_settle.lua, once per attempt; a run never stepped, a resubmit's, is
+        charged what it measured), and the key's front the settle names is placed."""
+        s = view.scheduling
+        for used in facts:
+            attempt = _attempt(used.marker, view)
+            if not used.settles or attempt is None:
+                continue
+            measured = cost.measured(self.store.settings, used.hermes_ms, used.total_tokens or None)
+            done = await self.store.settle(
+                view.job_id, attempt, s.fairness_key, s.priority, s.fairness_weight, measured, virtual, now_ms
+            )
+            await self.place(done.front, s.fairness_weight, virtual)
+
+    async def place(self, front: Front | None, weight: float, virtual: int) -> None:
+        """Put a key's front in its line; one found gone (claimed or stopped since) is reported `left` and its key's
+        next one placed, GONE_ROUNDS at most (the rest wait for the key's next step)."""
+        for _ in range(GONE_ROUNDS):
+            if front is None or (await self.store.promote([front]))[0] != 0:
+                return
+            left = [Step(front.placed.job, left=True)]
+            front = (await self.store.step(front.key, front.priority, weight, virtual, left)).front
+
+
+def _attempt(marker: str, view: JobView) -> int | None:
+    """The attempt a settling usage fact settles: `<job>:<attempt>:i` an interrupted one, `<job>:end` the last
+    accepted (None: no run was)."""
+    parts = marker.split(":")
+    if len(parts) == 3 and parts[2] == "i" and parts[1].isdigit():
+        return int(parts[1])
+    return view.accepted_attempt or None
