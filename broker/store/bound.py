@@ -2,7 +2,7 @@
 `waiting` quota or ADMISSION_MAX_WAITING, and, on a cluster, the count of the partitions it cannot see.
 
 What is counted: a key's waiting jobs are its `n:` counts in the partitions' fair hashes (the figure /readyz shows
-per key), all waiting jobs the lines' lengths (/readyz `queue_depth`).
+per key), all waiting jobs the lines' lengths and the jobs parked behind their keys' fronts (/readyz `queue_depth`).
 - Single Redis: the job write itself sums the 64 partitions' counts (KEYS of the script, no slots there) before it
   writes anything: exact under any number of concurrent creates, and no round trip more.
 - Cluster: one script sees one slot. The other partitions are read first (one pipeline: a round trip per master, in
@@ -32,16 +32,19 @@ def fields(bound: Bound, fairness_key: str, first: int, partitions: Sequence[int
     (with a key bound), then their lines (with a bound on all)."""
     written: dict[str, object] = {"name": fairness_key}
     at = first
-    for scope, most, counted in (("key", bound.key, base[0]), ("all", bound.all, base[1])):
+    for scope, most, counted, per_partition in (("key", bound.key, base[0], 1), ("all", bound.all, base[1], 2)):
         if most:
-            written[scope] = {"most": most, "base": counted, "first": at, "last": at + len(partitions) - 1}
-            at += len(partitions)
+            last = at + per_partition * len(partitions) - 1
+            written[scope] = {"most": most, "base": counted, "first": at, "last": last}
+            at = last + 1
     return written
 
 
 def script_keys(bound: Bound, partitions: Sequence[int]) -> list[str]:
-    """The KEYS `fields` names, in its order."""
-    return [*(keys.fair(p) for p in partitions if bound.key), *(keys.line(p) for p in partitions if bound.all)]
+    """The KEYS `fields` names, in its order: a bound on all counts the lines and the jobs parked behind their keys'
+    fronts (ADMISSION_FAIRNESS_COST time/tokens)."""
+    lines = [*(keys.line(p) for p in partitions), *(keys.parked(p) for p in partitions)] if bound.all else []
+    return [*(keys.fair(p) for p in partitions if bound.key), *lines]
 
 
 def add(into: list[str], write: dict[str, object], bound: Bound, base: Counted, *, cluster: bool, job_id: str) -> None:
@@ -68,9 +71,11 @@ async def elsewhere(redis: Redis, job_id: str, fairness_key: str, bound: Bound, 
                 pipe.hget(keys.fair(partition), f"n:{fairness_key}")
             if bound.all:
                 pipe.zcard(keys.line(partition))
+                pipe.zcard(keys.parked(partition))
         replies = cast(list[object], await pipe.execute())
-    key_counts = replies[0::2] if bound.key and bound.all else replies if bound.key else []
-    all_counts = replies[1::2] if bound.key and bound.all else replies if bound.all else []
+    step = (1 if bound.key else 0) + (2 if bound.all else 0)
+    key_counts = replies[0::step] if bound.key else []
+    all_counts = [n for i, n in enumerate(replies) if not bound.key or i % step] if bound.all else []
     counted = sum(int(cast(str, n) or 0) for n in key_counts), pending + sum(int(cast(int, n)) for n in all_counts)
     scope = full(bound, *counted)
     if scope is not None:

@@ -113,9 +113,14 @@ class CostLineClaims(LineClaims):
         heads = [head for head in heads if head.job not in skipped]
         heads.sort(key=lambda head: (head.rank, head.arrival))
         planned: list[Planned] = []
-        for head, n in cost.plan(cost.considered(heads, fallback=fallback), most + len(skipped)):
+        chosen: set[str] = set()
+        # a parked job may be read both as a parked head and as the next of its key's front: planned once
+        nexts = {job for entry in self._entries.values() for job in entry.next}
+        twice = sum(1 for head in heads if head.rank[1] == 1 and head.job in nexts)
+        for head, n in cost.plan(cost.considered(heads, fallback=fallback), most + len(skipped) + twice):
             job_id = head.job if n == 0 else self._entries[head.job].next[n - 1]
-            if job_id not in skipped and len(planned) < most:
+            if job_id not in skipped and job_id not in chosen and len(planned) < most:
+                chosen.add(job_id)
                 planned.append((job_id, where[head.job] if n == 0 else keys.partition_of(job_id)))
         return planned
 

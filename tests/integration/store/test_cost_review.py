@@ -58,7 +58,6 @@ async def _stop(store: JobStore, n: int) -> None:
     await store.append(_job(n), [stop, finished], view, expected_last_id=None, before=snapshot.view)
 
 
-@pytest.mark.xfail(strict=True, reason=PREVIEW + "ADMISSION_MAX_WAITING counts the lines only, not the parked jobs")
 async def test_max_waiting_counts_parked_jobs(redis: Redis) -> None:
     # SPEC S4.4: ADMISSION_MAX_WAITING bounds ALL waiting jobs together. In cost mode a key's jobs behind its front
     # are parked (not in `line`), and the bound counts ZCARD(line) only.
@@ -263,9 +262,6 @@ async def test_a_replayed_create_of_a_granted_queued_job_does_not_requeue_it_in_
     assert line.front == _job(1), (line.front, line.queue)
 
 
-@pytest.mark.xfail(
-    strict=True, reason=PREVIEW + "the fallback round plans a front's next ids and the same parked heads twice"
-)
 async def test_one_pass_fills_its_room_from_one_backlogged_key(redis: Redis) -> None:
     # SPEC S4.1/S4.2 nothing idles: a pass with room 60 and one key's 60 waiting jobs grants all 60 in key order.
     store = JobStore(redis, retention_ms=60_000, cost=TIME)
