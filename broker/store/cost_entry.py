@@ -69,6 +69,7 @@ class CostEntry:
         granted), and the runs it settled correct their key's charges."""
         if view.status.terminal and not view.accepted_attempt and not (before and before.status.terminal):
             await self.left(view.job_id, view, virtual)
+            await self.unrun(view, virtual)
         facts = [used for used in (usage_store.decode(fact.decode()) for _, fact in usage) if used and used.settles]
         if facts:
             await self.settled(view, facts, virtual, view.updated_at_ms)
@@ -79,6 +80,17 @@ class CostEntry:
         s = view.scheduling
         step = await self.store.step(s.fairness_key, s.priority, s.fairness_weight, virtual, [Step(job_id, left=True)])
         await self.place(step.front, s.fairness_weight, virtual)
+
+    async def unrun(self, view: JobView, virtual: int) -> None:
+        """A first attempt that ended before Hermes took a run of it held no slot: a grant's charge of it (its key's
+        estimate) is corrected to nothing (fair_settle.lua, once per attempt; a job never granted is charged nothing)."""
+        s = view.scheduling
+        if not await self.store.charged(view.job_id, s.fairness_key):
+            return  # never granted: its key was charged nothing
+        done = await self.store.settle(
+            view.job_id, view.attempt, s.fairness_key, s.priority, s.fairness_weight, 0.0, virtual, view.updated_at_ms
+        )
+        await self.place(done.front, s.fairness_weight, virtual)
 
     async def settled(self, view: JobView, facts: Sequence[Used], virtual: int, now_ms: int) -> None:
         """Runs of the job settled (`facts`: its usage facts that settle a run, SPEC S4.5): each attempt's charge is

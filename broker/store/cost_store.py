@@ -189,6 +189,10 @@ class CostStore:
         front = front_of(key, priority, items[5:])
         return Settled(applied == "1", int(delta), at_v == "1", int(paced), int(units) if units else None, front)
 
+    async def charged(self, job: str, key: str) -> bool:
+        """Has a grant of the job charged its key a run still in flight (`c:<job>`)?"""
+        return bool(await self._redis.hexists(keys.cost_history(key), f"c:{job}"))
+
     async def promote(self, fronts: Sequence[Front]) -> list[int]:
         """Place each front in its partition's line (fair_promote.lua, one pipeline): 1 joined, 2 there already, 0
         gone (claimed or stopped: its key's step reports it `left`)."""
