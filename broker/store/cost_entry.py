@@ -83,7 +83,7 @@ class CostEntry:
 
     async def unrun(self, view: JobView, virtual: int) -> None:
         """A first attempt that ended before Hermes took a run of it held no slot: a grant's charge of it (its key's
-        estimate) is corrected to nothing (fair_settle.lua, once per attempt; a job never granted is charged nothing)."""
+        estimate) is corrected to nothing (fair_settle.lua, once per attempt; one never granted was charged nothing)."""
         s = view.scheduling
         if not await self.store.charged(view.job_id, s.fairness_key):
             return  # never granted: its key was charged nothing
