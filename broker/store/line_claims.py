@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 from broker.admission import fair
 from broker.admission.heads import DEPTH, KnownHeads
 from broker.codec import decode_view
-from broker.store import keys
+from broker.store import keys, signals
 from broker.store.leases import new_token
 from broker.store.replies import ints_and_ids as _ints_and_ids
 from broker.store.replies import scored as _scored
@@ -32,6 +32,8 @@ from projections.job import JobView
 FULL_READ_MS = 500
 #: How often a full read also looks for counts of waiting jobs left beside an empty line (an older broker's drift).
 DRIFT_CHECK_MS = 10_000
+#: Parked jobs one look for drift puts back in each partition's line at most (the next look takes more).
+UNPARK_MOST = 1_000
 #: Claim rounds of one pass at most: a head known here that is gone sends the pass back to read its line.
 CLAIM_ROUNDS = 3
 
@@ -117,6 +119,8 @@ class LineClaims:
         them by arrival (their created ms)."""
         read = list(keys.partitions()) if full else self._known.to_read(most)
         depth = max(most, DEPTH)
+        if full and now_ms - self._drift_checked_at >= DRIFT_CHECK_MS:
+            await self._unpark()
         if read:
             self._known.reading(read)
             async with self._redis.pipeline(transaction=False) as pipe:
@@ -134,6 +138,21 @@ class LineClaims:
         if tied:  # jobs of one tag (keys without a turn, between two grants) among the heads: the oldest go first
             merged = await self._by_arrival(merged, tied, most)
         return [(job_id, new_token(self._replica), partition) for _, job_id, partition in merged[:most]]
+
+    async def _unpark(self) -> None:
+        """Jobs parked behind their keys' fronts by a replica under ADMISSION_FAIRNESS_COST time or tokens (SPEC S4.2)
+        are read by cost-aware passes only: one counting every other one (`runs`) puts them back in the line, in their
+        keys' order (fair_unpark.lua), when it looks for drift."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for partition in keys.partitions():
+                pipe.zcard(keys.parked(partition))
+            counts = await pipe.execute()
+        parked = [partition for partition, n in zip(keys.partitions(), counts, strict=True) if n]
+        unpark: list[str | int] = [UNPARK_MOST, keys.SIGNALS, signals.JOINED]
+        calls = [([keys.line(p), keys.parked(p), keys.fronts(p)], unpark) for p in parked]
+        await run_many(self._redis, self._scripts.fair_unpark, calls)
+        for partition in parked:
+            self._known.changed(partition)
 
     async def _check_drift(self, empty: list[int]) -> None:
         """Remember the partitions read with an empty line but counts of waiting jobs (cleared after the pass)."""

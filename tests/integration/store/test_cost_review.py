@@ -92,7 +92,6 @@ async def test_a_create_whose_job_write_never_happened_strands_its_keys_later_jo
     assert _job(0) in granted, (granted, line.front)
 
 
-@pytest.mark.xfail(strict=True, reason=PREVIEW + "runs passes read the line only: parked jobs wait until unparked")
 async def test_switching_cost_back_to_runs_grants_parked_jobs(redis: Redis) -> None:
     # A store with jobs waiting under `time` (a key's later jobs parked), then ADMISSION_FAIRNESS_COST=runs (or a
     # rollback to the previous main): LineClaims reads `line` only and nothing unparks, so the parked jobs are never
@@ -228,7 +227,6 @@ async def _waiting(redis: Redis, key: str) -> int:
     return total
 
 
-@pytest.mark.xfail(strict=True, reason=PREVIEW + "admission_fair_clear.lua looks at the line only")
 async def test_a_drift_check_keeps_the_counts_of_parked_jobs(redis: Redis) -> None:
     # Design 2: counts (`waiting` quota, /readyz top keys) count parked jobs, and admission_fair_clear.lua "clears
     # counts only when both `line` and `parked` are empty". The script still looks at `line` only: a pass of a replica
