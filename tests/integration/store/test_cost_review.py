@@ -241,7 +241,6 @@ async def test_a_drift_check_keeps_the_counts_of_parked_jobs(redis: Redis) -> No
     assert await _waiting(redis, "team-a") == 3  # the three parked jobs still wait
 
 
-@pytest.mark.xfail(strict=True, reason=PREVIEW + "fair_turn_cost.lua queues a replayed create's granted job again")
 async def test_a_replayed_create_of_a_granted_queued_job_does_not_requeue_it_in_its_key(redis: Redis) -> None:
     # S3.1.1 idempotency: a replay (same Idempotency-Key, same job id) of a create whose job was already granted and
     # is still `queued` (its Hermes create in flight, waiting for its session or held by its quota) runs
