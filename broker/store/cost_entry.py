@@ -20,6 +20,7 @@ from redis.asyncio import Redis
 
 from broker.admission import cost, fair
 from broker.admission.cost import CostSettings, Placed
+from broker.events import JobStatus
 from broker.store import signals
 from broker.store import usage as usage_store
 from broker.store.batch import ScriptBatch
@@ -73,6 +74,10 @@ class CostEntry:
         facts = [used for used in (usage_store.decode(fact.decode()) for _, fact in usage) if used and used.settles]
         if facts:
             await self.settled(view, facts, virtual, view.updated_at_ms)
+
+    async def waits(self, view: JobView) -> bool:
+        """Is the job in its partition's line or among its parked jobs (not granted yet)?"""
+        return view.status is JobStatus.QUEUED and await self.store.waiting(view.job_id)
 
     async def left(self, job_id: str, view: JobView, virtual: int) -> None:
         """A first attempt left its key's queue without a run (stopped, expired, or its create refused): the key's

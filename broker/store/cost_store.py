@@ -189,6 +189,15 @@ class CostStore:
         front = front_of(key, priority, items[5:])
         return Settled(applied == "1", int(delta), at_v == "1", int(paced), int(units) if units else None, front)
 
+    async def waiting(self, job: str) -> bool:
+        """Is the job in its partition's line or among its parked jobs?"""
+        partition = keys.partition_of(job)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.zscore(keys.line(partition), job)
+            pipe.zscore(keys.parked(partition), job)
+            found = await pipe.execute()
+        return any(place is not None for place in found)
+
     async def charged(self, job: str, key: str) -> bool:
         """Has a grant of the job charged its key a run still in flight (`c:<job>`)?"""
         return bool(await self._redis.hexists(keys.cost_history(key), f"c:{job}"))

@@ -155,21 +155,10 @@ class JobStore:
                 await ring_work(self._redis, {"line": event.job_id})
             return Created(Snapshot(view, reply[1], board.state if board else None), created=True)
         existing = decode_view(reply[1]) or (await self.load(event.job_id) or await self._refold(event.job_id)).view
-        if self._cost is not None and not await self._waits_in_line(existing):
+        if self._cost is not None and not await self._cost.waits(existing):
             # granted or past its wait: the replay's turn queued it in its key's queue again, where it no longer waits
             await self._cost.left(event.job_id, existing, int(args[1]))
         return Created(Snapshot(existing, ""), created=False)
-
-    async def _waits_in_line(self, view: JobView) -> bool:
-        """Is the job in its partition's line or among its parked jobs (not granted yet)?"""
-        if view.status is not JobStatus.QUEUED:
-            return False
-        partition = keys.partition_of(view.job_id)
-        async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.zscore(keys.line(partition), view.job_id)
-            pipe.zscore(keys.parked(partition), view.job_id)
-            found = await pipe.execute()
-        return any(place is not None for place in found)
 
     async def warm(self, now_ms: int) -> None:
         """Read what a create goes by (the line's virtual time, the store's event format) before the first create
