@@ -22,10 +22,12 @@ from redis.asyncio import Redis
 from broker.admission import cost, fair
 from broker.admission.cost import CostSettings
 from broker.admission.heads import DEPTH
+from broker.codec import decode_view
 from broker.store import keys
 from broker.store.cost_store import CostStore, Entry, Front, Step
 from broker.store.leases import new_token
 from broker.store.line_claims import CLAIM_ROUNDS, DRIFT_CHECK_MS, Claimed, LineClaims, claimed_of
+from broker.store.replies import text
 from broker.store.scripts import Scripts, run_many
 
 #: Fronts found gone in a row one key's placing follows (each reported `left`); the rest wait for the next step.
@@ -94,6 +96,31 @@ class CostLineClaims(LineClaims):
         if full and now_ms - self._drift_checked_at >= DRIFT_CHECK_MS:
             self._drift_checked_at = now_ms
             await self._check_drift([p for p, heads in found.items() if not heads.line and not heads.parked])
+            if await self._repair([heads.parked[0][0] for heads in found.values() if heads.parked]):
+                await self._read(most, now_ms, full=False)  # the fronts placed: their lines again
+
+    async def _repair(self, parked: Sequence[str]) -> bool:
+        """The keys of the first parked job of each partition get their fronts placed again (as a key step does): a
+        key whose front is in no line (a create that died after taking its turn, a replica that died between its
+        claims and the key steps, a stop whose key step failed) would otherwise wait for a pass's last round. A
+        front found gone is reported `left`, its key's next job placed. Looked at with the drift (every
+        DRIFT_CHECK_MS): a front claimed a moment ago by a replica about to step its key may be reported `left` too
+        (its key's next job then starts at the same tag). True: some front was placed."""
+        if not parked:
+            return False
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for job_id in parked:
+                pipe.hget(keys.view(job_id), "state")
+            states = await pipe.execute()
+        weights: dict[tuple[str, int], float] = {}
+        for state in states:
+            view = decode_view(text(state)) if state else None
+            if view is not None:
+                s = view.scheduling
+                weights[(s.fairness_key, s.priority)] = s.fairness_weight
+        lines = await self.costs.key_lines(list(weights))
+        fronts = [Front(key, priority, line.placed) for (key, priority), line in lines.items() if line.placed]
+        return await self.place(fronts, weights) > 0
 
     def _plan(self, most: int, skipped: set[str], *, fallback: bool) -> list[Planned]:
         """The jobs a round claims, in line order (cost.plan over the known heads)."""
@@ -174,17 +201,20 @@ class CostLineClaims(LineClaims):
         weights = {(key, priority): weight for key, priority, weight, _, _ in calls}
         await self.place([step.front for step in steps if step.front is not None], weights)
 
-    async def place(self, fronts: Sequence[Front], weights: dict[tuple[str, int], float]) -> None:
-        """Place the keys' fronts in their lines; one found gone is reported `left`, its key's next one placed."""
+    async def place(self, fronts: Sequence[Front], weights: dict[tuple[str, int], float]) -> int:
+        """Place the keys' fronts in their lines; one found gone is reported `left`, its key's next one placed. The
+        fronts that joined a line (not there already)."""
+        joined = 0
         for _ in range(GONE_ROUNDS):
             if not fronts:
-                return
+                return joined
             for front in fronts:
                 self._known.changed(keys.partition_of(front.placed.job))
             placed = await self.costs.promote(fronts)
+            joined += sum(1 for answer in placed if answer == 1)
             gone = [front for front, answer in zip(fronts, placed, strict=True) if answer == 0]
             if not gone:
-                return
+                return joined
             calls = [
                 (
                     f.key,
@@ -196,3 +226,4 @@ class CostLineClaims(LineClaims):
                 for f in gone
             ]
             fronts = [step.front for step in await self.costs.steps(calls) if step.front is not None]
+        return joined

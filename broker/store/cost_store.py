@@ -241,6 +241,14 @@ class CostStore:
             raw, idle, queue = await pipe.execute()
         return line_of(None if raw is None else text(raw), idle, tuple(text(job) for job in queue))
 
+    async def key_lines(self, pairs: Sequence[tuple[str, int]]) -> dict[tuple[str, int], KeyLine]:
+        """The KeyLines (without their queues) of keys with waiting jobs, by (key, priority): one pipeline."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for key, priority in pairs:
+                pipe.hget(keys.cost_keys(key, priority).lines, key)
+            raws = await pipe.execute()
+        return {pair: line_of(text(raw), None, ()) for pair, raw in zip(pairs, raws, strict=True) if raw is not None}
+
     async def history(self, key: str) -> History:
         raw = await self._redis.hmget(keys.cost_history(key), ["avg", "n"])
         avg, n = (None if x is None else text(x) for x in raw)

@@ -1,6 +1,5 @@
-"""Review findings on the cost-aware line (SPEC S4.2 "What a turn costs", S4.4): each test states what the contract
-asks; those marked xfail (strict: a fix makes them fail until the mark goes) still fail in this version, whose default
-is `runs`. Single Redis (the default fixture); real redis-server, no mocks of Redis."""
+"""The cost-aware line in its bad moments (SPEC S4.2 "What a turn costs", S4.4): a crash between two writes, a replay,
+a switch back to `runs`, a bound. Single Redis (the default fixture); real redis-server, no mocks of Redis."""
 
 from __future__ import annotations
 
@@ -19,8 +18,6 @@ from broker.store.cost_store import CostStore
 from broker.store.jobs import JobStore
 from projections.job import JobView, apply, fold
 
-#: a finding still open in the cost-aware line (ADMISSION_FAIRNESS_COST time/tokens: a preview, not the default)
-PREVIEW = "cost mode preview: "
 TIME = CostSettings(CostMode.TIME, 60_000)
 P = 3
 
@@ -70,11 +67,6 @@ async def test_max_waiting_counts_parked_jobs(redis: Redis) -> None:
             await _create(store, n, "team-a", bound)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=PREVIEW
-    + "a ghost front (fair_turn_cost ran, the job write did not) is repaired only by a later step of its key",
-)
 async def test_a_create_whose_job_write_never_happened_strands_its_keys_later_jobs(redis: Redis) -> None:
     # A create that ran fair_turn_cost.lua and then died (process killed, OOM refusing the job write, outage) leaves a
     # job id in the key's queue as its front, in no line. The key's next (acknowledged) job is parked behind it; with
@@ -130,9 +122,6 @@ async def test_control_without_a_ghost_the_key_is_granted_in_the_first_pass(redi
     assert _job(0) in granted
 
 
-@pytest.mark.xfail(
-    strict=True, reason=PREVIEW + "no takeover step: a claim without its key step leaves the key's next job parked"
-)
 async def test_a_replica_dying_between_its_claims_and_the_key_steps_strands_the_keys_next_jobs(redis: Redis) -> None:
     # Design 8 row "claim and fair_next": the claimed job stays its key's front in the key's queue, the key's next job
     # parked. Nothing but that job's own settle (a whole run later) or a fallback round repairs it: no takeover step,
@@ -169,7 +158,6 @@ async def test_readyz_waiting_counts_parked_jobs(redis: Redis) -> None:
     assert (state.waiting, state.by_priority[P - 1]) == (3, 3)
 
 
-@pytest.mark.xfail(strict=True, reason=PREVIEW + "a stop's key step that fails after its write is not repaired")
 async def test_a_stop_whose_key_step_failed_after_its_write_leaves_the_key_stranded(redis: Redis) -> None:
     # JobStore.append commits the stop, then runs CostEntry.written (fair_next `left`, fair_promote) in the same call:
     # an outage there raises out of `append` (the stop answers 503 though it took effect), and nothing runs the step
@@ -197,7 +185,6 @@ async def test_a_stop_whose_key_step_failed_after_its_write_leaves_the_key_stran
     assert _job(1) in granted, granted
 
 
-@pytest.mark.xfail(strict=True, reason=PREVIEW + "a ghost front's key reaches passes only by the fallback")
 async def test_a_ghost_front_holds_its_key_back_until_the_other_backlog_drains(redis: Redis) -> None:
     # The ghost of a dead create (as above), passes of 2 slots, each pass's runs released before the next (without
     # their settles: the runs' key steps are the grants'): team-a's only real job waits for team-b's whole backlog.
