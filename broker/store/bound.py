@@ -27,12 +27,17 @@ from broker.store import keys
 Counted = tuple[int, int]  #: waiting jobs (of the key, in all) in the partitions the job write does not see
 
 
-def fields(bound: Bound, fairness_key: str, first: int, partitions: Sequence[int], base: Counted) -> dict[str, object]:
+def fields(
+    bound: Bound, fairness_key: str, first: int, partitions: Sequence[int], base: Counted, *, parked: bool = False
+) -> dict[str, object]:
     """The write's `bound` field; the bound's KEYS start at index `first` (1-based): the fair hashes of `partitions`
-    (with a key bound), then their lines (with a bound on all)."""
+    (with a key bound), then their lines (with a bound on all) and, with `parked`, their parked jobs."""
     written: dict[str, object] = {"name": fairness_key}
     at = first
-    for scope, most, counted, per_partition in (("key", bound.key, base[0], 1), ("all", bound.all, base[1], 2)):
+    for scope, most, counted, per_partition in (
+        ("key", bound.key, base[0], 1),
+        ("all", bound.all, base[1], 1 + parked),
+    ):
         if most:
             last = at + per_partition * len(partitions) - 1
             written[scope] = {"most": most, "base": counted, "first": at, "last": last}
@@ -40,19 +45,21 @@ def fields(bound: Bound, fairness_key: str, first: int, partitions: Sequence[int
     return written
 
 
-def script_keys(bound: Bound, partitions: Sequence[int]) -> list[str]:
-    """The KEYS `fields` names, in its order: a bound on all counts the lines and the jobs parked behind their keys'
-    fronts (ADMISSION_FAIRNESS_COST time/tokens)."""
-    lines = [*(keys.line(p) for p in partitions), *(keys.parked(p) for p in partitions)] if bound.all else []
+def script_keys(bound: Bound, partitions: Sequence[int], *, parked: bool = False) -> list[str]:
+    """The KEYS `fields` names, in its order: a bound on all counts the lines and, with `parked` (a cost-aware
+    store: ADMISSION_FAIRNESS_COST time/tokens), the jobs parked behind their keys' fronts."""
+    lines = [*(keys.line(p) for p in partitions), *(keys.parked(p) for p in partitions if parked)] if bound.all else []
     return [*(keys.fair(p) for p in partitions if bound.key), *lines]
 
 
 def add(into: list[str], write: dict[str, object], bound: Bound, base: Counted, *, cluster: bool, job_id: str) -> None:
-    """Add the bound to a create's job write: its `bound` field, and the KEYS it names after those `into` holds."""
+    """Add the bound to a create's job write: its `bound` field, and the KEYS it names after those `into` holds (a
+    cost-aware create, one with a `cost` field, counts the parked jobs too)."""
     partitions = seen(cluster, job_id)
     fairness_key = cast(dict[str, str], write["fair"])["key"]
-    write["bound"] = fields(bound, fairness_key, len(into) + 1, partitions, base)
-    into.extend(script_keys(bound, partitions))
+    parked = isinstance(write.get("cost"), dict)
+    write["bound"] = fields(bound, fairness_key, len(into) + 1, partitions, base, parked=parked)
+    into.extend(script_keys(bound, partitions, parked=parked))
 
 
 def seen(cluster: bool, job_id: str) -> list[int]:
@@ -60,9 +67,12 @@ def seen(cluster: bool, job_id: str) -> list[int]:
     return [keys.partition_of(job_id)] if cluster else list(keys.partitions())
 
 
-async def elsewhere(redis: Redis, job_id: str, fairness_key: str, bound: Bound, *, pending: int = 0) -> Counted:
-    """Waiting jobs of the key and in all in every partition but the job's: one pipeline (on a cluster one round trip
-    per master, in parallel), `pending` added to the count of all. Raise QueueFull when they reach a bound already."""
+async def elsewhere(
+    redis: Redis, job_id: str, fairness_key: str, bound: Bound, *, pending: int = 0, parked: bool = False
+) -> Counted:
+    """Waiting jobs of the key and in all in every partition but the job's (with `parked`, a cost-aware store, the
+    parked jobs too): one pipeline (on a cluster one round trip per master, in parallel), `pending` added to the count
+    of all. Raise QueueFull when they reach a bound already."""
     own = keys.partition_of(job_id)
     others = [partition for partition in keys.partitions() if partition != own]
     async with redis.pipeline(transaction=False) as pipe:
@@ -71,9 +81,10 @@ async def elsewhere(redis: Redis, job_id: str, fairness_key: str, bound: Bound, 
                 pipe.hget(keys.fair(partition), f"n:{fairness_key}")
             if bound.all:
                 pipe.zcard(keys.line(partition))
-                pipe.zcard(keys.parked(partition))
+                if parked:
+                    pipe.zcard(keys.parked(partition))
         replies = cast(list[object], await pipe.execute())
-    step = (1 if bound.key else 0) + (2 if bound.all else 0)
+    step = (1 if bound.key else 0) + ((1 + parked) if bound.all else 0)
     key_counts = replies[0::step] if bound.key else []
     all_counts = [n for i, n in enumerate(replies) if not bound.key or i % step] if bound.all else []
     counted = sum(int(cast(str, n) or 0) for n in key_counts), pending + sum(int(cast(int, n)) for n in all_counts)
@@ -100,13 +111,16 @@ class ClusterGuard:
         self._pending = 0  #: this replica's creates past the check of a bound on all, not yet written
 
     @contextlib.asynccontextmanager
-    async def checked(self, redis: Redis, job_id: str, fairness_key: str, bound: Bound) -> AsyncIterator[Counted]:
-        """Check the bound against the partitions the job write does not see; inside, write the job."""
+    async def checked(
+        self, redis: Redis, job_id: str, fairness_key: str, bound: Bound, *, parked: bool = False
+    ) -> AsyncIterator[Counted]:
+        """Check the bound against the partitions the job write does not see (`parked`: a cost-aware store); inside,
+        write the job."""
         async with self._key(fairness_key if bound.key else None):
             ahead, mine = self._pending, 1 if bound.all else 0
             self._pending += mine  # before the read: creates that read meanwhile count this one
             try:
-                yield await elsewhere(redis, job_id, fairness_key, bound, pending=ahead)
+                yield await elsewhere(redis, job_id, fairness_key, bound, pending=ahead, parked=parked)
             finally:
                 self._pending -= mine
 

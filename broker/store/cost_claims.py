@@ -120,7 +120,12 @@ class CostLineClaims(LineClaims):
                 weights[(s.fairness_key, s.priority)] = s.fairness_weight
         lines = await self.costs.key_lines(list(weights))
         fronts = [Front(key, priority, line.placed) for (key, priority), line in lines.items() if line.placed]
-        return await self.place(fronts, weights) > 0
+        async with self._redis.pipeline(transaction=False) as pipe:  # a front in its line keeps its entry as it is
+            for front in fronts:
+                pipe.zscore(keys.line(keys.partition_of(front.placed.job)), front.placed.job)
+            found = await pipe.execute()
+        astray = [front for front, place in zip(fronts, found, strict=True) if place is None]
+        return await self.place(astray, weights) > 0
 
     def _plan(self, most: int, skipped: set[str], *, fallback: bool) -> list[Planned]:
         """The jobs a round claims, in line order (cost.plan over the known heads)."""

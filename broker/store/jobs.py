@@ -116,7 +116,8 @@ class JobStore:
         if not bound or not self._cluster:
             return await self._create(event, view, board, bound, held)
         # before the turn: a refused create takes none
-        async with self._guard.checked(self._redis, event.job_id, view.scheduling.fairness_key, bound) as counted:
+        fairness_key, parked = view.scheduling.fairness_key, self._cost is not None
+        async with self._guard.checked(self._redis, event.job_id, fairness_key, bound, parked=parked) as counted:
             return await self._create(event, view, board, bound, (counted[0] + held[0], counted[1] + held[1]))
 
     async def _create(

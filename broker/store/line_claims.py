@@ -20,8 +20,10 @@ from redis.asyncio import Redis
 from broker.admission import fair
 from broker.admission.heads import DEPTH, KnownHeads
 from broker.codec import decode_view
+from broker.logging import get_logger
 from broker.store import keys, signals
 from broker.store.leases import new_token
+from broker.store.outage import is_outage
 from broker.store.replies import ints_and_ids as _ints_and_ids
 from broker.store.replies import scored as _scored
 from broker.store.replies import text as _text
@@ -120,7 +122,11 @@ class LineClaims:
         read = list(keys.partitions()) if full else self._known.to_read(most)
         depth = max(most, DEPTH)
         if full and now_ms - self._drift_checked_at >= DRIFT_CHECK_MS:
-            await self._unpark()
+            try:
+                await self._unpark()
+            except Exception as error:  # the line's own read below says whether Redis answers; the next look retries
+                if not is_outage(error):
+                    get_logger(type(self)).error("Could not put parked jobs back in the line.", exc_info=error)
         if read:
             self._known.reading(read)
             async with self._redis.pipeline(transaction=False) as pipe:

@@ -262,3 +262,18 @@ async def test_control_runs_fills_its_room_from_one_backlogged_key(redis: Redis)
         await _create(store, n, "team-a")
     granted = (await AdmissionStore(redis, Pacing(pinned=60), cost=(runs, 60_000)).admit(2_000, 60)).jobs
     assert len(granted) == 60, len(granted)
+
+
+async def test_the_look_for_lost_fronts_keeps_a_placed_fronts_entry(redis: Redis) -> None:
+    # A backlogged key's front in its line carries what a pass plans its key by (its estimate, how many wait behind
+    # it and which): the look for fronts in no line, every DRIFT_CHECK_MS, must leave it as it is.
+    store = JobStore(redis, retention_ms=60_000, cost=TIME)
+    for n in range(1, 21):
+        await _create(store, n, "team-a")
+    admission = AdmissionStore(redis, Pacing(pinned=60), cost=(TIME, 60_000))
+    assert (await admission.admit(0, 1)).jobs == [_job(1)]
+    before = await redis.hget(keys.fronts(keys.partition_of(_job(2))), _job(2))
+    assert before is not None
+    await _create(store, 0, "team-b")
+    await admission.admit(20_000, 1)  # a full read with the look for lost fronts
+    assert await redis.hget(keys.fronts(keys.partition_of(_job(2))), _job(2)) == before
