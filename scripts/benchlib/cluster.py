@@ -19,11 +19,9 @@ from redis.asyncio import Redis, RedisCluster
 
 from benchlib.procs import Proc, Stack, spawn_redis
 from benchlib.run import redis_calls
-from broker.store.embedded import free_port, redis_version
+from broker.store.embedded import free_cluster_port, redis_version
 
 MASTERS = 3
-#: A node's bus port is its port + 10000, so a node's port is at most this.
-HIGHEST_PORT = 55535
 #: Redis's default. The tests use 2 s to fail over quickly; under benchmark load a starved node must not be
 #: taken for dead (a failover mid-round would move the masters the figures are summed over).
 NODE_TIMEOUT_MS = 15_000
@@ -74,7 +72,7 @@ class LocalCluster:
         for index in range(2 * MASTERS):
             directory = self.stack.workdir / f"cluster-node-{index}"
             directory.mkdir()
-            port = free_port(HIGHEST_PORT)
+            port = free_cluster_port()
             proc, client, _ = await spawn_redis(
                 self.stack, f"cluster-node-{index}", self.server, port, "--cluster-enabled", "yes",
                 "--cluster-config-file", str(directory / "nodes.conf"), "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
