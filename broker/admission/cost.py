@@ -7,7 +7,8 @@ Kubernetes API Priority and Fairness): each key has at most one job per priority
 key's start tag `max(F, V)`; its other waiting first attempts are **parked** beside the line, in arrival order. A
 grant charges the key an estimate (`F = max(F, V) + estimate / weight`) and puts its next job in the line at the new
 `max(F, V)`; the settle corrects F by what the run measured minus the estimate (either way: a key whose runs were
-shorter than charged gets the difference back while it stays ahead of V, never once V passed it: no banked credit).
+shorter than charged gets the difference back, of a charge of the guess down to one turn behind V: no banked
+credit).
 
 The numbers are fair.py's (a score is `BASE + (priority - 1) * BAND + tag`; V per priority) with another unit:
 `time` charges the slot milliseconds divided by the weight, `tokens` the run's `usage.total_tokens` divided by the
@@ -20,8 +21,8 @@ one store script computes, in one slot:
     left     (fair_next.lua too, a waiting job stopped)           the next job is the front, nothing charged
 
 and `choose` is the pass's decision over the heads it merged. broker/admission/cost_line.py models the whole line
-(partitions, slots, runs, settles, replicas' crashes) with these functions; COST_DESIGN.md says how the store wires
-them.
+(partitions, slots, runs, settles, replicas' crashes) with these functions; broker/store/cost_store.py says how the
+store wires them.
 """
 
 from __future__ import annotations
@@ -105,6 +106,15 @@ def measured(settings: CostSettings, hermes_ms: int | None, total_tokens: int | 
     return None if total_tokens is None or total_tokens <= 0 else float(total_tokens)
 
 
+def behind(virtual: int, advance: int) -> int:
+    """Where the correction of a run charged the guess leaves its key's F at the lowest, while the key has waiting
+    jobs: one turn (`advance`, its estimate once the run is learnt) behind V. V moved past the tags those runs were
+    charged at, by the guess (in exact fair queuing a key with waiting jobs never falls behind V); the whole
+    difference given back would be a credit that a key arriving later waits behind (about slots x guess / run of the
+    backlog's runs). Corrections of estimates from a history are given back whole: their errors go either way."""
+    return max(0, virtual - advance)
+
+
 def start(finish: int | None, virtual: int) -> int:
     """Where an idle key's next job starts: its finish F when it is still ahead of V (a debt), else V (a key that
     was idle banks nothing)."""
@@ -139,14 +149,15 @@ class Charge:
     start: int
     at_v: bool
     paced: int = 0
+    guessed: bool = False  #: charged the guess (the key had no history): its correction is `behind`'s
 
 
 @frozen
 class KeyLine:
-    """One key's state in one priority (the store: in the key's partition, COST_DESIGN.md). While the key has waiting
-    jobs (`queue`) its turns form one chain: F is where its front starts (the front's tag, or less when a correction
-    came since), moved by each grant's estimate and each settle's correction, whatever V does meanwhile; an idle
-    key's F is only a debt (None: none, at or below V)."""
+    """One key's state in one priority (the store: in the key's partition, broker/store/cost_store.py). While the key
+    has waiting jobs (`queue`) its turns form one chain: F is where its front starts (its tag: a settle moves it),
+    moved by each grant's estimate and each settle's correction (down to one turn behind V); an idle key's F is only
+    a debt (None: none, at or below V)."""
 
     finish: int | None = None  #: F: the key's chain (where its next grant starts)
     projected: int = 0  #: where its next parked job is placed (fallback order)
@@ -173,7 +184,14 @@ def enter(line: KeyLine, job: str, virtual: int, advance: int, paced: int | None
 
 
 def granted(
-    line: KeyLine, job: str, scheduling: tuple[str, int, float], virtual: int, advance: int, *, charged: bool = False
+    line: KeyLine,
+    job: str,
+    scheduling: tuple[str, int, float],
+    virtual: int,
+    advance: int,
+    *,
+    charged: bool = False,
+    guessed: bool = False,
 ) -> tuple[KeyLine, Charge | None, Placed | None]:
     """A job of the key was granted a slot: its key is charged `advance` (the estimate, tag units) from its chain
     (from max(F, V) for a resubmit of an idle key) unless `charged` (a grant the key paid already: a refused create's
@@ -188,7 +206,7 @@ def granted(
     if not charged:
         front = line.placed if line.front == job else None
         at_v = front.at_v if front is not None else not busy and begin == virtual
-        cost = Charge(key, priority, weight, advance, begin, at_v, front.paced if front is not None else 0)
+        cost = Charge(key, priority, weight, advance, begin, at_v, front.paced if front is not None else 0, guessed)
         finish = min(begin + advance, MAX_TAG)
     queue = _without(line.queue, job)
     line = evolve(line, finish=finish, queue=queue)
@@ -222,17 +240,22 @@ def left(line: KeyLine, job: str, advance: int = 0) -> tuple[KeyLine, Placed | N
     return evolve(line, queue=queue, front=queue[0], placed=placed), placed
 
 
-def settled(line: KeyLine, cost: Charge, units: int | None, virtual: int) -> tuple[KeyLine, int]:
+def settled(line: KeyLine, cost: Charge, units: int | None, virtual: int, advance: int) -> tuple[KeyLine, int]:
     """A charged run settled having cost `units` (tag units; None: nothing measured, the estimate stands): F moves by
-    the difference. A key with waiting jobs keeps a credit even below V (it waited: it is owed); an idle key's F
-    moves from max(F, V) (a debt counts from now; a credit behind V is gone). (key state, the correction)."""
+    the difference. A key with waiting jobs keeps a credit (after a run charged the guess, down to one turn behind V:
+    `behind`, `advance` its new estimate); an idle key's F moves from max(F, V) (a debt counts from now; a credit
+    behind V is gone). (key state, the correction)."""
     if units is None:
         return line, 0
     delta = max(units, FLOOR) - cost.units
     if delta == 0:
         return line, 0
     if line.queue and line.finish is not None:
-        return evolve(line, finish=max(0, min(line.finish + delta, MAX_TAG))), delta
+        finish = line.finish + delta
+        if delta < 0 and cost.guessed:
+            finish = max(finish, behind(virtual, advance))
+        finish = min(finish, MAX_TAG)
+        return evolve(line, finish=finish), finish - line.finish
     finish = min(start(line.finish, virtual) + delta, MAX_TAG)
     return evolve(line, finish=finish if finish > virtual else None), delta
 

@@ -1,13 +1,14 @@
 """A pure model of the admission line with costs (SPEC S4.1, S4.2 "What a turn costs"), for property tests: the
 store's structures and steps, driven by a clock, Hermes slots and runs of given lengths. No IO.
 
-What it keeps, as the store would (COST_DESIGN.md): per job partition the line (fronts and resubmits, by score) and
-the parked jobs (by projection); per key and priority its KeyLine (in the key's partition); per key its History and
-the charges of its runs in flight; V per priority and the newcomers heard (in `{adm}` and per replica). A pass is
-rounds of: merge the heads (line, then parked: cost.rank), `cost.choose`, claim, `cost.granted` per first attempt
-(fair_next.lua), place the new fronts; then V moves as fair.after_pass says. A settle is `cost.settled`
-(fair_settle.lua) and `cost.pushed` (admission_release.lua). A replica that dies between a claim and its key's step
-(`crashes`) leaves it to the job's takeover, `lease_ms` later, or to its settle, whichever comes first.
+What it keeps, as the store would (broker/store/cost_store.py): per job partition the line (fronts and resubmits, by
+score) and the parked jobs (by projection); per key and priority its KeyLine (in the key's partition); per key its
+History and the charges of its runs in flight; V per priority and the newcomers heard (in `{adm}` and per replica).
+A pass is rounds of: merge the heads (line, then parked: cost.rank), `cost.choose`, claim, `cost.granted` per first
+attempt (fair_next.lua), place the new fronts; then V moves as fair.after_pass says, past the tags the grants were
+charged from. A settle is `cost.settled` and `cost.retagged` (fair_settle.lua: the key's front moves to its corrected
+F) and `cost.pushed` (admission_release.lua). A replica that dies between a claim and its key's step (`crashes`)
+leaves it to the job's takeover, `lease_ms` later, or to its settle, whichever comes first.
 """
 
 from __future__ import annotations
@@ -74,7 +75,6 @@ class CostLine:
     rounds: int = ROUNDS
     lease_ms: int = 30_000
     crashes: Callable[[str], bool] = _never  #: the pass granting this job dies before its key's step
-    retag: bool = False  #: a settle that corrects F also moves its key's front in the line (the store need not)
     now: int = 0
     lines: dict[int, dict[str, float]] = field(factory=dict)  #: partition -> job -> score (fronts, resubmits)
     parked: dict[int, dict[str, float]] = field(factory=dict)  #: partition -> job -> band + projection
@@ -105,7 +105,8 @@ class CostLine:
         self.arrival[job.id] = len(self.arrival)
         p = job.priority
         line = self.keys.get((p, job.key), KeyLine())
-        paced = cost.charge(self.fresh.estimate(self.settings), job.weight)
+        fresh = self.fresh.runs > 0  # no newcomer's run settled yet: its key's estimate (the store's rule)
+        paced = cost.charge(self.fresh.estimate(self.settings), job.weight) if fresh else None
         virtual = cost.entering(self.virtual[p - 1], self.newcomers, p, self.slots)
         line, placed = cost.enter(line, job.id, virtual, self._advance(job), paced)
         self.keys[(p, job.key)] = line
@@ -166,9 +167,10 @@ class CostLine:
                 if job_id is None or not self._waits(job_id):
                     continue  # its key's queue was shorter (or another pass took it): the next round
                 self._claim(job_id)
-                if head.rank[0] > 0 and head.rank[1] == 0:
-                    places.append(fair.BASE + (head.rank[0] - 1) * fair.BAND + head.rank[2] + head.advance * n)
+                charged = job_id in self.charges
                 self._grant(job_id, parked=n > 0 or head.rank[1] == 1)
+                if head.rank[0] > 0 and not charged and job_id in self.charges:  # V moves past where it was charged
+                    places.append(float(fair.score(self.jobs[job_id].priority, self.charges[job_id].start)))
                 granted.append(job_id)
         moved = fair.after_pass(self.virtual, places, self._smallest, self.newcomers, self.slots)
         for priority, tag in moved.items():
@@ -255,8 +257,9 @@ class CostLine:
         line = self.keys.get(key, KeyLine())
         charged = job.id in self.charges
         scheduling = (job.key, p, job.weight)
+        guessed = self.settings.mode is not CostMode.RUNS and not self.history.get(job.key, History()).runs
         line, charge, front = cost.granted(
-            line, job.id, scheduling, self.virtual[p - 1], self._advance(job), charged=charged
+            line, job.id, scheduling, self.virtual[p - 1], self._advance(job), charged=charged, guessed=guessed
         )
         self.keys[key] = line
         if charge is not None:
@@ -289,11 +292,11 @@ class CostLine:
     def _correct(self, job: Job, charge: Charge, units: int | None) -> None:
         p = job.priority
         key = (p, job.key)
-        line, _ = cost.settled(self.keys.get(key, KeyLine()), charge, units, self.virtual[p - 1])
-        if self.retag:
-            line, front = cost.retagged(line, self._advance(job))
-            if front is not None:
-                self._move(self.jobs[front.job], front)
+        advance = self._advance(job)
+        line, _ = cost.settled(self.keys.get(key, KeyLine()), charge, units, self.virtual[p - 1], advance)
+        line, front = cost.retagged(line, advance)  # the front moves to the corrected F
+        if front is not None:
+            self._move(self.jobs[front.job], front)
         self.keys[key] = line
         self.virtual[p - 1] = cost.pushed(self.virtual[p - 1], charge, units)
 

@@ -165,10 +165,16 @@ class AdmissionStore:
                 else g
                 for g in grants
             ]
-        granted = [float(place) for jobs in routed.values() for _, place in jobs]
+        # where each started in its priority's virtual time: V moves past these (the grant script too), and a slot
+        # given back puts its job there
+        started = {
+            name: [(job_id, self._line.started(job_id, place)) for job_id, place in jobs]
+            for name, jobs in routed.items()
+        }
+        granted = [float(place) for jobs in started.values() for _, place in jobs]
         room = sum(a.standing.limit for a in answers)
         moved = fair.after_pass(answers[0].virtual, granted, self._waiting, self.newcomers, room)
-        settle = grant_calls(answers, routed, now_ms, p.slot_ttl_ms, moved)
+        settle = grant_calls(answers, started, now_ms, p.slot_ttl_ms, moved)
         await run_many(self._redis, self._scripts.admission_grant, settle)
         self.virtual.learn([moved.get(q, v) for q, v in zip(fair.PRIORITIES, answers[0].virtual, strict=True)], now_ms)
         if self._line.drifted:  # rare: jobs moved by an older broker's scripts, which do not count them

@@ -55,12 +55,28 @@ class CostLineClaims(LineClaims):
         self._parked_heads: dict[int, tuple[tuple[str, float], ...]] = {}  #: partition -> its first parked jobs
         self._entries: dict[str, Entry] = {}  #: front -> its fronts entry, as last read
         self._arrived: dict[str, float] = {}  #: job read -> its created ms (heads of one rank go oldest first)
+        #: job claimed -> the score its key step charged it from: V moves past these (a parked job's place is only
+        #: its projection at create, by the estimate then)
+        self.begins: dict[str, int] = {}
+        self._placed: dict[str, int] = {}  #: front -> its score, of the fronts the latest claim placed
 
     def any_waiting(self) -> bool:
         return super().any_waiting() or any(self._parked_heads.values())
 
+    def smallest(self, priority: int) -> int | None:
+        """The smallest tag of `priority` known to wait here, the fronts the latest claim placed among them (its
+        lines are read again only by the next pass: without them V would move to a later key's front)."""
+        return fair.smallest([*self._known.scores(), *self._placed.values()], priority)
+
+    def started(self, job_id: str, place: str) -> str:
+        """The score of the tag its key step charged it from (a parked job's place is its projection at create, by
+        the estimates then); a job no step charged (a resubmit, a second charge) keeps its place."""
+        begin = self.begins.get(job_id)
+        return place if begin is None else str(begin)
+
     async def claim(self, most: int, parked: set[str], now_ms: int, *, full: bool) -> list[Claimed]:
         taken: list[Claimed] = []
+        self.begins, self._placed = {}, {}
         tried: set[str] = set()
         for attempt in range(CLAIM_ROUNDS):
             wanted = most - len(taken)
@@ -163,6 +179,7 @@ class CostLineClaims(LineClaims):
         taken: list[Claimed] = []
         for (job_id, lease_token, partition), claim in zip(heads, claims, strict=True):
             reply = cast(list[object], claim)
+            self._placed.pop(job_id, None)  # claimed, or gone: no longer waiting
             if reply[0] == 1:
                 taken.append(claimed_of(job_id, lease_token, reply))
                 self._known.taken(job_id, partition, gone=False)
@@ -203,6 +220,8 @@ class CostLineClaims(LineClaims):
             for (key, priority), (weight, jobs) in by_key.items()
         ]
         steps = await self.costs.steps(calls)
+        for (_, priority, _, _, _), step in zip(calls, steps, strict=True):
+            self.begins.update((job_id, fair.score(priority, tag)) for job_id, tag in step.begins)
         weights = {(key, priority): weight for key, priority, weight, _, _ in calls}
         await self.place([step.front for step in steps if step.front is not None], weights)
 
@@ -217,6 +236,7 @@ class CostLineClaims(LineClaims):
                 self._known.changed(keys.partition_of(front.placed.job))
             placed = await self.costs.promote(fronts)
             joined += sum(1 for answer in placed if answer == 1)
+            self._placed.update((f.placed.job, f.score) for f, answer in zip(fronts, placed, strict=True) if answer)
             gone = [front for front, answer in zip(fronts, placed, strict=True) if answer == 0]
             if not gone:
                 return joined

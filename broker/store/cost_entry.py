@@ -14,23 +14,28 @@ store then has no CostEntry.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 from redis.asyncio import Redis
 
 from broker.admission import cost, fair
-from broker.admission.cost import CostSettings, Placed
+from broker.admission.cost import CostSettings, History, Placed
 from broker.events import JobStatus
+from broker.logging import get_logger
 from broker.store import signals
 from broker.store import usage as usage_store
 from broker.store.batch import ScriptBatch
 from broker.store.cost_store import CostStore, Front, Step
+from broker.store.outage import is_outage
 from broker.store.scripts import Scripts
 from projections.job import JobView
 from projections.usage import Used
 
 #: Fronts found gone in a row that one `left` follows (each reported `left` in turn); the rest wait for the next step.
 GONE_ROUNDS = 3
+#: How often a replica that creates jobs reads the newcomers' recent cost (other replicas' settles move it).
+FRESH_REFRESH_MS = 1_000
 
 
 class CostEntry:
@@ -38,14 +43,48 @@ class CostEntry:
 
     def __init__(self, redis: Redis, settings: CostSettings, retention_ms: int, scripts: Scripts | None = None) -> None:
         self.store = CostStore(redis, settings, retention_ms, scripts)
+        #: the newcomers' recent runs (SPEC S4.2: keys without a turn are paced as one key, by what their runs cost),
+        #: as this replica's settles of them left it, or read every FRESH_REFRESH_MS
+        self.fresh = History()
+        self._fresh_read_at_ms: int | None = None
+        self._reading: asyncio.Task[None] | None = None
 
     async def enter(self, job_id: str, view: JobView, virtual: int, batch: ScriptBatch | None = None) -> Placed:
-        """The job joins its key's queue (fair_turn_cost.lua at the line's V): its key's front, or parked. `batch`:
-        the job writes' pipeline of a single Redis, so that concurrent creates keep their order."""
+        """The job joins its key's queue (fair_turn_cost.lua at the line's V): its key's front, or parked; a front
+        at V moves V past it by the newcomers' recent cost (its key's estimate while no newcomer's run settled).
+        `batch`: the job writes' pipeline of a single Redis, so that concurrent creates keep their order."""
         s = view.scheduling
+        self._refresh(view.created_at_ms)
+        paced = cost.estimate(self.fresh, self.store.settings, s.fairness_weight) if self.fresh.runs else None
         return await self.store.enter(
-            job_id, s.fairness_key, s.priority, s.fairness_weight, view.created_at_ms, virtual, None, batch
+            job_id, s.fairness_key, s.priority, s.fairness_weight, view.created_at_ms, virtual, paced, batch
         )
+
+    async def warm(self, now_ms: int) -> None:
+        """Read the newcomers' recent cost before the first create (SharedRead's outage rules are the caller's)."""
+        self.fresh = await self.store.read_fresh()
+        self._fresh_read_at_ms = now_ms
+
+    def _refresh(self, now_ms: int) -> None:
+        """Read the newcomers' recent cost behind the create's back when this replica's is older than
+        FRESH_REFRESH_MS (other replicas' settles teach it)."""
+        if self._reading is not None or (
+            self._fresh_read_at_ms is not None and now_ms - self._fresh_read_at_ms < FRESH_REFRESH_MS
+        ):
+            return
+        self._fresh_read_at_ms = now_ms
+        self._reading = asyncio.create_task(self._read_fresh())
+
+    async def _read_fresh(self) -> None:
+        try:
+            read = await self.store.read_fresh()
+            if read.runs >= self.fresh.runs:  # a settle of this replica's meanwhile counted one more
+                self.fresh = read
+        except Exception as error:  # a task of its own: nothing may escape; the next create past the interval tries
+            if not is_outage(error):
+                get_logger(type(self)).error("Could not read the newcomers' recent cost.", exc_info=error)
+        finally:
+            self._reading = None
 
     @staticmethod
     def fields(job_id: str, view: JobView, placed: Placed, write: dict[str, object]) -> None:
@@ -110,7 +149,19 @@ class CostEntry:
             done = await self.store.settle(
                 view.job_id, attempt, s.fairness_key, s.priority, s.fairness_weight, measured, virtual, now_ms
             )
+            if done.applied and done.at_v and measured is not None and done.units is not None:
+                await self._newcomer_settled(s.priority, measured, done.units, done.paced)
             await self.place(done.front, s.fairness_weight, virtual)
+
+    async def _newcomer_settled(self, priority: int, measured: float, units: int, paced: int) -> None:
+        """A newcomer's run settled: the newcomers' recent cost learnt and V pushed (fair_fresh.lua). Pacing only: a
+        failure is logged, and the job's write stands."""
+        try:
+            self.fresh = await self.store.fresh(priority, measured, units, paced)
+        except Exception as error:
+            if not is_outage(error):
+                raise
+            get_logger(type(self)).warning("Could not count a newcomer's run in their pacing.", exc_info=error)
 
     async def place(self, front: Front | None, weight: float, virtual: int) -> None:
         """Put a key's front in its line; one found gone (claimed or stopped since) is reported `left` and its key's

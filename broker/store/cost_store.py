@@ -91,10 +91,12 @@ class Step:
 
 @frozen
 class KeyStep:
-    """What a key step did: how many jobs it charged, and the key's front to place (None: none waits)."""
+    """What a key step did: how many jobs it charged, the tag each charged job started at (what V moves past, SPEC
+    S4.2), and the key's front to place (None: none waits)."""
 
     charged: int
     front: Front | None
+    begins: tuple[tuple[str, int], ...] = ()
 
 
 @frozen
@@ -163,7 +165,9 @@ class CostStore:
         steps = []
         for (key, priority, *_), reply in zip(calls, replies, strict=True):
             items = _strings(reply)
-            steps.append(KeyStep(int(items[0]), front_of(key, priority, items[1:])))
+            pairs = items[1].split()
+            begins = tuple((job, int(tag)) for job, tag in zip(pairs[::2], pairs[1::2], strict=True))
+            steps.append(KeyStep(int(items[0]), front_of(key, priority, items[2:]), begins))
         return steps
 
     async def settle(
@@ -189,6 +193,21 @@ class CostStore:
         front = front_of(key, priority, items[5:])
         return Settled(applied == "1", int(delta), at_v == "1", int(paced), int(units) if units else None, front)
 
+    async def fresh(self, priority: int, measured: float, units: int, paced: int) -> History:
+        """A newcomer's run settled (a run whose grant came from V) having cost `measured` (`units` in tag units): the
+        newcomers' recent cost is learnt, and V moves on by what the run cost past `paced` (fair_fresh.lua, in the
+        admission state's slot). The newcomers' History."""
+        args = [self.settings.mode.value, repr(float(measured)), priority, units, paced]
+        reply = await self._scripts.fair_fresh(keys=[keys.ADMISSION_STATE], args=args)
+        average, runs = _strings(reply)
+        return History(float(average), int(runs))
+
+    async def read_fresh(self) -> History:
+        """The newcomers' History as the last settle of one left it."""
+        raw = await self._redis.hget(keys.ADMISSION_STATE, f"fresh:{self.settings.mode.value}")
+        average, _, runs = (text(raw) if raw is not None else "0|0").partition("|")
+        return History(float(average or 0), int(runs or 0))
+
     async def waiting(self, job: str) -> bool:
         """Is the job in its partition's line or among its parked jobs?"""
         partition = keys.partition_of(job)
@@ -203,14 +222,16 @@ class CostStore:
         return bool(await self._redis.hexists(keys.cost_history(key), f"c:{job}"))
 
     async def promote(self, fronts: Sequence[Front]) -> list[int]:
-        """Place each front in its partition's line (fair_promote.lua, one pipeline): 1 joined, 2 there already, 0
-        gone (claimed or stopped: its key's step reports it `left`)."""
+        """Place each front in its partition's line (fair_promote.lua, one pipeline): 1 joined, 2 there already (moved
+        to its place given: a settle corrected its key's turn), 0 gone (claimed or stopped: its key's step reports it
+        `left`)."""
         calls: list[tuple[Sequence[str], Sequence[str | int]]] = []
         for front in fronts:
             job = front.placed.job
             p = keys.partition_of(job)
             script_keys = [keys.line(p), keys.parked(p), keys.fronts(p), keys.view(job)]
-            calls.append((script_keys, [job, front.score, front.entry, keys.SIGNALS, front.message]))
+            moved = signals.joined_message(job)
+            calls.append((script_keys, [job, front.score, front.entry, keys.SIGNALS, front.message, moved]))
         return [int(cast(int, reply)) for reply in await run_many(self._redis, self._scripts.fair_promote, calls)]
 
     async def heads(self, partitions: Sequence[int], depth: int, *, arrived: bool = False) -> dict[int, Heads]:
@@ -274,9 +295,10 @@ def front_of(key: str, priority: int, items: Sequence[str]) -> Front | None:
 
 
 def charge_of(key: str, raw: str) -> Charge:
-    """A `c:<job>` field: `priority|units|start|at_v|paced|weight|attempt`."""
-    priority, units, start, at_v, paced, weight, _ = raw.split("|")
-    return Charge(key, int(priority), float(weight), int(units), int(start), at_v == "1", int(paced))
+    """A `c:<job>` field: `priority|units|start|at_v|paced|weight|attempt|guessed` (`guessed` absent: not)."""
+    priority, units, start, at_v, paced, weight, _, *rest = raw.split("|")
+    guessed = rest[:1] == ["1"]
+    return Charge(key, int(priority), float(weight), int(units), int(start), at_v == "1", int(paced), guessed)
 
 
 def line_of(raw: str | None, idle: float | None, queue: tuple[str, ...]) -> KeyLine:

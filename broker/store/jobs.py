@@ -168,6 +168,8 @@ class JobStore:
         try:
             self._virtual.learn(await self._first_read(lambda: read_virtual(self._redis)), now_ms)
             await self.format.packed()
+            if self._cost is not None:
+                await self._cost.warm(now_ms)
         except Exception as error:  # the first creates read them (a cluster node down at start: serve anyway)
             if not is_outage(error):
                 raise

@@ -48,6 +48,7 @@ hbr:{pN}:q:<prio>:<K>        zset    key K's waiting first attempts -> arrival o
 hbr:{pN}:cost:<K>            hash    K's History (`avg`, `n`, its settled runs' costs)   RUNS_RETENTION from its
                                      and `c:<J>` = what the grant of J's run in flight   last write; as `keys`
                                      charged, `p|units|start|at_v|paced|weight|attempt`
+                                     `|guessed` (1: the guess; absent: not)
 hbr:{pN}:settled:<K>         zset    `<J>:<attempt>` of K's settled charges -> when      RUNS_RETENTION from its
                                      (a second grant or settle of them charges nothing)  last write, older entries
                                                                                        trimmed; fair_settle
@@ -113,7 +114,8 @@ hbr:{adm}:live               zset    jobs holding an admission slot -> slot expi
 hbr:{adm}:reserved           zset    slots reserved for a pass -> expiry ms            none; admission pass
 hbr:{adm}:slots              hash    job holding a slot -> its place in the line       none; admission
 hbr:{adm}:state              hash    the learnt limit and the refusal (probe) state,   none; admission
-                                     `v1`..`v5`: the virtual time of each priority (S4.2)
+                                     `v1`..`v5`: the virtual time of each priority (S4.2),
+                                     `fresh:<mode>` = `avg|n` of newcomers' runs' costs
 hbr:{adm:<name>}:live, :reserved, :slots, :state
                                      the same four for every upstream but the first    as {adm}
                                      (SPEC S10), `<name>` its name (`hermes-2:8642`);

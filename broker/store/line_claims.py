@@ -86,6 +86,11 @@ class LineClaims:
         """The smallest tag of `priority` known to wait here."""
         return fair.smallest(self._known.scores(), priority)
 
+    def started(self, job_id: str, place: str) -> str:
+        """Where a job the latest claim took starts in its priority's virtual time (what V moves past, and where a
+        slot given back puts it): its place."""
+        return place
+
     async def claim(self, most: int, parked: set[str], now_ms: int, *, full: bool) -> list[Claimed]:
         """Claim up to `most` heads of the lines (none of `parked`); a known head that is gone (another replica took
         it, or it was stopped) sends the pass back to read its line, CLAIM_ROUNDS times at most."""

@@ -65,6 +65,7 @@ NAMES = (
     "fair_next",
     "fair_promote",
     "fair_settle",
+    "fair_fresh",
     "line_heads",
     "fair_unpark",
 )
@@ -119,6 +120,7 @@ class Scripts:
         self.fair_next: AsyncScript = redis.register_script(source("fair_next"))
         self.fair_promote: AsyncScript = redis.register_script(source("fair_promote"))
         self.fair_settle: AsyncScript = redis.register_script(source("fair_settle"))
+        self.fair_fresh: AsyncScript = redis.register_script(source("fair_fresh"))
         self.line_heads: AsyncScript = redis.register_script(source("line_heads"))
         self.fair_unpark: AsyncScript = redis.register_script(source("fair_unpark"))
 

@@ -7,7 +7,8 @@
 -- KEYS[4] the key's cost hash   KEYS[5] the key's settled zset   (one slot: the key's partition {pK})
 -- ARGV[1] fairness key   ARGV[2] priority   ARGV[3] weight   ARGV[4] V   ARGV[5] mode   ARGV[6] guess
 -- ARGV[7] retention ms   then per job: ARGV[i] job, ARGV[i+1] attempt, ARGV[i+2] `grant` or `left`
--- Returns {charged, front, tag, at_v, advance, paced, more, next ids...} (front '' when the key has none)
+-- Returns {charged, begins, front, tag, at_v, advance, paced, more, next ids...} (front '' when the key has none;
+-- begins `job tag job tag…`: where each job charged started, what V moves past)
 local MAX_TAG, MAX_ADVANCE, UNIT, FLOOR = 2 ^ 50 - 1, 2 ^ 30, 10000, 1
 local key, p, weight, v = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local function fmt(x) return string.format('%.0f', x) end
@@ -15,11 +16,11 @@ local function charge(c, w)
   if w <= 0 or c / w >= MAX_ADVANCE then return MAX_ADVANCE end
   return math.max(FLOOR, math.min(MAX_ADVANCE, math.floor(c / w + 0.5)))
 end
-local function estimate()
-  if ARGV[5] == 'runs' then return charge(UNIT, weight) end
+local function estimate()  -- the key's next charge, and '1' when it is the guess (no history)
+  if ARGV[5] == 'runs' then return charge(UNIT, weight), '0' end
   local h = redis.call('HMGET', KEYS[4], 'avg', 'n')
-  if tonumber(h[2] or '0') > 0 then return charge(tonumber(h[1]), weight) end
-  return charge(tonumber(ARGV[6]), weight)
+  if tonumber(h[2] or '0') > 0 then return charge(tonumber(h[1]), weight), '0' end
+  return charge(tonumber(ARGV[6]), weight), '1'
 end
 local function load()
   local raw = redis.call('HGET', KEYS[2], key)
@@ -47,7 +48,7 @@ end
 local function promoted(line, first, tag, advance)
   line.front, line.tag, line.at_v, line.advance, line.paced = first, tag, '0', advance, 0
 end
-local function granted(line, job, attempt, advance)
+local function granted(line, job, attempt, advance, guessed)
   local busy = redis.call('ZCARD', KEYS[3]) > 0
   local begin = (busy and line.f) or math.min(math.max(line.f or 0, v), MAX_TAG)
   -- charged once per attempt: a charge in flight, or one settled, is not charged again
@@ -56,7 +57,7 @@ local function granted(line, job, attempt, advance)
   if not charged then
     local at_v, paced = (not busy and begin == v) and '1' or '0', 0
     if line.front == job then at_v, paced = line.at_v, line.paced end
-    local c = {p, fmt(advance), fmt(begin), at_v, fmt(paced), ARGV[3], attempt}
+    local c = {p, fmt(advance), fmt(begin), at_v, fmt(paced), ARGV[3], attempt, guessed}
     redis.call('HSET', KEYS[4], 'c:' .. job, table.concat(c, '|'))
     line.f = math.min(begin + advance, MAX_TAG)
   end
@@ -74,19 +75,22 @@ local function left(line, job, advance)
   if not first then line.front = nil return end
   promoted(line, first, line.f or 0, advance)
 end
-local line, advance, charged = load(), estimate(), 0
+local line, charged, begins = load(), 0, {}
+local advance, guessed = estimate()
 for i = 8, #ARGV, 3 do
   if ARGV[i + 2] == 'left' then
     left(line, ARGV[i], advance)
-  elseif granted(line, ARGV[i], ARGV[i + 1], advance) then
+  elseif granted(line, ARGV[i], ARGV[i + 1], advance, guessed) then
     charged = charged + 1
+    begins[#begins + 1] = ARGV[i] .. ' ' .. fmt(line.f - advance)
   end
 end
 save(line)
 if charged > 0 then redis.call('PEXPIRE', KEYS[4], ARGV[7]) end
-if not line.front then return {charged, ''} end
+begins = table.concat(begins, ' ')
+if not line.front then return {charged, begins, ''} end
 local queue = redis.call('ZRANGE', KEYS[3], 0, 16)
 local more = queue[1] == line.front and redis.call('ZCARD', KEYS[3]) - 1 or 0
-local reply = {charged, line.front, fmt(line.tag), line.at_v, fmt(line.advance), fmt(line.paced), more}
+local reply = {charged, begins, line.front, fmt(line.tag), line.at_v, fmt(line.advance), fmt(line.paced), more}
 for i = 2, math.min(#queue, more + 1) do reply[#reply + 1] = queue[i] end
 return reply

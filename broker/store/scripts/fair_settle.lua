@@ -1,9 +1,11 @@
--- A run's settle (SPEC S4.2 "What a turn costs"; broker/admission/cost.py `settled` and `History.settled`): the
--- charge its grant wrote (`c:<job>`) is taken and F corrected by the measured cost minus it (a key with waiting jobs
--- keeps a credit below V; an idle key's F moves from max(F, V)), and the key's History learns the measured cost. Once
--- per attempt: `<job>:<attempt>` goes into the settled zset, and a second settle (the driver's and the usage sweep's)
--- charges and learns nothing. No charge found and none settled: the grant's key step never ran (a crash after the
--- claim, or an older replica granted it): fair_next.lua's work is done first, charging the measured cost.
+-- A run's settle (SPEC S4.2 "What a turn costs"; broker/admission/cost.py `settled`, `retagged` and
+-- `History.settled`): the charge its grant wrote (`c:<job>`) is taken and F corrected by the measured cost minus it
+-- (a key with waiting jobs keeps a credit, after a run charged the guess down to one turn behind V; an idle key's F
+-- moves from max(F, V)), the key's History learns the measured cost, and its front moves to the corrected F with the
+-- new estimate. Once per attempt: `<job>:<attempt>` goes into the settled zset, and a second settle (the driver's and
+-- the usage sweep's) charges and learns nothing. No charge found and none settled: the grant's key step never ran (a
+-- crash after the claim, or an older replica granted it): fair_next.lua's work is done first, charging the measured
+-- cost.
 -- KEYS[1] the priority's turns zset   KEYS[2] the priority's keys hash   KEYS[3] the key's queue zset
 -- KEYS[4] the key's cost hash   KEYS[5] the key's settled zset   (one slot: the key's partition {pK})
 -- ARGV[1] fairness key   ARGV[2] priority   ARGV[3] weight   ARGV[4] V   ARGV[5] mode   ARGV[6] guess
@@ -18,11 +20,11 @@ local function charge(c, w)
   if w <= 0 or c / w >= MAX_ADVANCE then return MAX_ADVANCE end
   return math.max(FLOOR, math.min(MAX_ADVANCE, math.floor(c / w + 0.5)))
 end
-local function estimate()
-  if ARGV[5] == 'runs' then return charge(UNIT, weight) end
+local function estimate()  -- the key's next charge, and '1' when it is the guess (no history)
+  if ARGV[5] == 'runs' then return charge(UNIT, weight), '0' end
   local h = redis.call('HMGET', KEYS[4], 'avg', 'n')
-  if tonumber(h[2] or '0') > 0 then return charge(tonumber(h[1]), weight) end
-  return charge(tonumber(ARGV[6]), weight)
+  if tonumber(h[2] or '0') > 0 then return charge(tonumber(h[1]), weight), '0' end
+  return charge(tonumber(ARGV[6]), weight), '1'
 end
 local function load()
   local raw = redis.call('HGET', KEYS[2], key)
@@ -50,7 +52,7 @@ end
 local function promoted(line, first, tag, advance)
   line.front, line.tag, line.at_v, line.advance, line.paced = first, tag, '0', advance, 0
 end
-local function granted(line, job, attempt, advance)
+local function granted(line, job, attempt, advance, guessed)
   local busy = redis.call('ZCARD', KEYS[3]) > 0
   local begin = (busy and line.f) or math.min(math.max(line.f or 0, v), MAX_TAG)
   -- charged once per attempt: a charge in flight, or one settled, is not charged again
@@ -59,7 +61,7 @@ local function granted(line, job, attempt, advance)
   if not charged then
     local at_v, paced = (not busy and begin == v) and '1' or '0', 0
     if line.front == job then at_v, paced = line.at_v, line.paced end
-    local c = {p, fmt(advance), fmt(begin), at_v, fmt(paced), ARGV[3], attempt}
+    local c = {p, fmt(advance), fmt(begin), at_v, fmt(paced), ARGV[3], attempt, guessed}
     redis.call('HSET', KEYS[4], 'c:' .. job, table.concat(c, '|'))
     line.f = math.min(begin + advance, MAX_TAG)
   end
@@ -76,23 +78,32 @@ local measured = tonumber(ARGV[10])
 local units = measured and charge(measured, weight)
 local applied, delta, at_v, paced = 0, 0, '0', 0
 if not redis.call('ZSCORE', KEYS[5], member) then
-  if redis.call('HEXISTS', KEYS[4], 'c:' .. job) == 0 then granted(line, job, ARGV[9], units or estimate()) end
+  if redis.call('HEXISTS', KEYS[4], 'c:' .. job) == 0 then granted(line, job, ARGV[9], units or estimate(), '0') end
   local c = {}
   for part in string.gmatch(redis.call('HGET', KEYS[4], 'c:' .. job) .. '|', '([^|]*)|') do c[#c + 1] = part end
   redis.call('HDEL', KEYS[4], 'c:' .. job)
   applied, at_v, paced = 1, c[4], tonumber(c[5])
   if units then
-    delta = math.max(units, FLOOR) - tonumber(c[2])
-    if delta ~= 0 and redis.call('ZCARD', KEYS[3]) > 0 and line.f then
-      line.f = math.max(0, math.min(line.f + delta, MAX_TAG))
-    elseif delta ~= 0 then
-      local f = math.min(math.min(math.max(line.f or 0, v), MAX_TAG) + delta, MAX_TAG)
-      line.f = f > v and f or nil
-    end
     local h = redis.call('HMGET', KEYS[4], 'avg', 'n')
     local avg, n = tonumber(h[1] or '0'), tonumber(h[2] or '0')
     avg = avg + (measured - avg) / math.min(n + 1, 8)
     redis.call('HSET', KEYS[4], 'avg', string.format('%.17g', avg), 'n', n + 1)
+    local advance = estimate()
+    delta = math.max(units, FLOOR) - tonumber(c[2])
+    if delta ~= 0 and redis.call('ZCARD', KEYS[3]) > 0 and line.f then
+      -- a run charged the guess: a credit down to one turn behind V (V moved by the guess too; cost.behind)
+      local f = line.f + delta
+      if delta < 0 and c[8] == '1' then f = math.max(f, v - advance, 0) end
+      f = math.min(f, MAX_TAG)
+      delta, line.f = f - line.f, f
+    elseif delta ~= 0 then
+      local f = math.min(math.min(math.max(line.f or 0, v), MAX_TAG) + delta, MAX_TAG)
+      line.f = f > v and f or nil
+    end
+    if line.front and line.f and redis.call('ZCARD', KEYS[3]) > 0 then
+      -- the front moves to the corrected F, with the key's new estimate (what a pass plans its next jobs by)
+      line.tag, line.advance = line.f, advance
+    end
   end
   local now = tonumber(ARGV[11])
   redis.call('ZADD', KEYS[5], ARGV[11], member)

@@ -18,11 +18,11 @@ local function charge(c, w)
   if w <= 0 or c / w >= MAX_ADVANCE then return MAX_ADVANCE end
   return math.max(FLOOR, math.min(MAX_ADVANCE, math.floor(c / w + 0.5)))
 end
-local function estimate()
-  if ARGV[5] == 'runs' then return charge(UNIT, weight) end
+local function estimate()  -- the key's next charge, and '1' when it is the guess (no history)
+  if ARGV[5] == 'runs' then return charge(UNIT, weight), '0' end
   local h = redis.call('HMGET', KEYS[4], 'avg', 'n')
-  if tonumber(h[2] or '0') > 0 then return charge(tonumber(h[1]), weight) end
-  return charge(tonumber(ARGV[6]), weight)
+  if tonumber(h[2] or '0') > 0 then return charge(tonumber(h[1]), weight), '0' end
+  return charge(tonumber(ARGV[6]), weight), '1'
 end
 local function load()
   local raw = redis.call('HGET', KEYS[2], key)

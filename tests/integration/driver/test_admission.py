@@ -252,7 +252,7 @@ async def test_a_fresh_replicas_first_creates_take_their_places_in_the_order_the
         pytest.skip("on a cluster a create takes its turn in a call of its own: concurrent creates have no order")
     for _ in range(3):  # each a replica that has read nothing yet (a first create used to wait for a read, and lose)
         # Given a replica that just started, and a burst of concurrent creates as its first requests
-        replica = await make_client()
+        replica = await make_client(admission_fairness_cost="runs")  # every job in the line (not parked)
         answers = await asyncio.gather(*(create(replica, {"input": f"burst {n}"}) for n in range(60)))
         ids = [answer["run_id"] for answer in answers]
         # Then the line holds them in the order of their created_at (one key: plain arrival order)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from attrs import define, evolve, field
 
 from broker.admission import cost
-from broker.admission.cost import Charge, CostSettings, History, KeyLine, Placed
+from broker.admission.cost import Charge, CostMode, CostSettings, History, KeyLine, Placed
 from broker.store.cost_store import NEXT, Step
 
 
@@ -38,15 +38,25 @@ class Reference:
                 line = self.lines.get((priority, key), KeyLine())
                 self.lines[(priority, key)] = cost.left(line, step.job, advance)[0]
             else:
-                charged += self._granted(step.job, step.attempt, key, priority, weight, virtual, advance)
+                guessed = self.settings.mode is not CostMode.RUNS and not self.history.get(key, History()).runs
+                charged += self._granted(step.job, step.attempt, key, priority, weight, virtual, advance, guessed)
         return charged
 
     def _granted(
-        self, job: str, attempt: int, key: str, priority: int, weight: float, virtual: int, advance: int
+        self,
+        job: str,
+        attempt: int,
+        key: str,
+        priority: int,
+        weight: float,
+        virtual: int,
+        advance: int,
+        guessed: bool = False,
     ) -> int:
         line = self.lines.get((priority, key), KeyLine())
         paid = job in self.charges or (job, attempt) in self.settled
-        line, charge, _ = cost.granted(line, job, (key, priority, weight), virtual, advance, charged=paid)
+        scheduling = (key, priority, weight)
+        line, charge, _ = cost.granted(line, job, scheduling, virtual, advance, charged=paid, guessed=guessed)
         self.lines[(priority, key)] = line
         if charge is not None:
             self.charges[job] = charge
@@ -63,10 +73,13 @@ class Reference:
             advance = self._advance(key, weight) if units is None else units
             self._granted(job, attempt, key, priority, weight, virtual, advance)
         charge = self.charges.pop(job)
-        line, delta = cost.settled(self.lines.get((priority, key), KeyLine()), charge, units, virtual)
-        self.lines[(priority, key)] = line
         if measured is not None:
             self.history[key] = self.history.get(key, History()).settled(measured)
+        advance = self._advance(key, weight)
+        line, delta = cost.settled(self.lines.get((priority, key), KeyLine()), charge, units, virtual, advance)
+        if units is not None:  # the front moves to the corrected F, with the key's new estimate
+            line, _ = cost.retagged(line, advance)
+        self.lines[(priority, key)] = line
         self.settled.add((job, attempt))
         return True, delta, charge, units
 

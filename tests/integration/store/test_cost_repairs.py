@@ -48,11 +48,13 @@ async def test_a_second_step_or_settle_of_one_attempt_charges_nothing(redis: Red
     settled = await store.settle(jobs[0], 1, KEY, P, 1.0, 10_000.0, 0, 2_000)
     swept = await store.settle(jobs[0], 1, KEY, P, 1.0, 10_000.0, 0, 2_001)
     late = await store.step(KEY, P, 1.0, 0, [Step(jobs[0])])
-    # Then the key was charged once and corrected once, and every call names the same front
+    # Then the key was charged once and corrected once, and every call names the same front (the settle moved it
+    # to the corrected turn, with the key's learnt cost)
     assert (again.charged, late.charged) == (0, 0)
     assert (settled.applied, settled.delta) == (True, 10_000 - GUESS)
     assert (swept.applied, swept.delta) == (False, 0)
-    assert again.front == settled.front == swept.front == late.front == first.front
+    assert again.front == first.front and settled.front == swept.front == late.front
+    assert settled.front is not None and (settled.front.placed.tag, settled.front.placed.advance) == (10_000, 10_000)
     assert await store.history(KEY) == History(10_000.0, 1)
     line = await store.key_line(KEY, P)
     assert line.finish == 10_000 and line.queue == tuple(jobs[1:])

@@ -436,7 +436,9 @@ async def _cost_turns(redis: Redis) -> object:
     assert await store.promote([step.front]) == [1]
     heads = await store.heads([keys.partition_of(second)], 10)
     assert heads[keys.partition_of(second)].fronts[0][0] == second
-    await store.settle(JOB, 1, "team{a}", 3, 1.0, 5_000.0, 0, 2_000)
+    done = await store.settle(JOB, 1, "team{a}", 3, 1.0, 5_000.0, 0, 2_000)
+    assert done.at_v and done.units == 5_000  # a newcomer's run: the newcomers' pacing learns it
+    assert (await store.fresh(3, 5_000.0, done.units, done.paced)).runs == 1
     return await store.unpark(keys.partition_of(second))
 
 
@@ -523,7 +525,7 @@ SINGLE_SLOT: list[tuple[str, Operation]] = [
     ("usage_replace (the rebuild of an hour's usage)", _usage_replace),
     ("quota_take + quota_wake + quota_forget, releases, renewals, budgets, figures (SPEC S4.4)", _quotas),
     (
-        "fair_turn_cost + fair_next + fair_promote + line_heads + fair_settle (what a turn costs, SPEC S4.2)",
+        "fair_turn_cost + fair_next + fair_promote + line_heads + fair_settle + fair_fresh (what a turn costs, S4.2)",
         _cost_turns,
     ),
     (
@@ -542,7 +544,7 @@ COVERED = {
     "reindex_job", "upstream_heard", "upstream_probe", "line_figures", "fair_top_repair", "session_turn",
     "session_release", "session_history", "callback_claim", "callback_result", "usage_record", "usage_replace",
     "quota_take", "quota_wake", "quota_forget", "fair_turn_cost", "fair_next", "fair_promote", "fair_settle",
-    "line_heads", "fair_unpark",
+    "fair_fresh", "line_heads", "fair_unpark",
 }  # fmt: skip
 
 

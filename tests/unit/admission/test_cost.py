@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 
+from attrs import evolve
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -71,9 +72,17 @@ def test_a_key_has_one_front_its_other_jobs_are_parked_and_a_grant_charges_its_c
     assert charge is not None and (charge.start, charge.units, charge.at_v) == (500, 60_000, True)
     # the next job is the front at F = 500 + 60000, whatever V did meanwhile (the key waited: its chain)
     assert front is not None and (front.job, front.tag, front.parked) == ("j2", 60_500, False)
-    # the run took 1 s: the key gets 59 s back while it waits, below V too (it is owed)
-    line, delta = cost.settled(line, charge, 1_000, virtual=70_000)
+    # the run took 1 s: the key gets 59 s back while it waits
+    line, delta = cost.settled(line, charge, 1_000, virtual=70_000, advance=1_000)
     assert delta == -59_000 and line.finish == 1_500
+    # of a charge of the guess, down to one turn (its new estimate, 1 s) behind V (V moved by the guess too)
+    guessed = evolve(charge, guessed=True)
+    low, delta = cost.settled(evolve(line, finish=60_500), guessed, 1_000, virtual=2_000, advance=1_000)
+    assert (low.finish, delta) == (1_500, -59_000)  # V behind: all of it back
+    behind, clipped = cost.settled(evolve(line, finish=80_000), guessed, 1_000, virtual=70_000, advance=1_000)
+    assert (behind.finish, clipped) == (69_000, -11_000)
+    lifted, clipped = cost.settled(evolve(line, finish=500), guessed, 1_000, virtual=70_000, advance=1_000)
+    assert (lifted.finish, clipped) == (69_000, 68_500)  # a credit a settle before V moved left is trimmed too
     line, moved = cost.retagged(line, advance=1_000)
     assert moved is not None and (moved.job, moved.tag, moved.advance) == ("j2", 1_500, 1_000)
     # a second call for j1 (after a crash) charges nothing and gives the front to place again
@@ -85,11 +94,12 @@ def test_an_idle_key_banks_no_credit_but_keeps_a_debt() -> None:
     line, _ = cost.enter(KeyLine(), "j1", virtual=0, advance=60_000)
     line, charge, _ = cost.granted(line, "j1", ("k", 3, 1.0), virtual=0, advance=60_000)
     assert charge is not None and not line.queue
-    credit, _ = cost.settled(line, charge, 1_000, virtual=30_000)  # idle, F behind V: forgotten
+    credit, _ = cost.settled(line, charge, 1_000, virtual=30_000, advance=1_000)  # idle, F behind V: forgotten
     assert credit.finish is None
     _, back = cost.enter(credit, "j2", virtual=30_000, advance=1_000)
     assert back.tag == 30_000
-    debt, delta = cost.settled(line, charge, 100_000, virtual=30_000)  # idle, cost more: from max(F, V)
+    # idle, cost more: from max(F, V)
+    debt, delta = cost.settled(line, charge, 100_000, virtual=30_000, advance=100_000)
     assert delta == 40_000 and debt.finish == 100_000
     _, late = cost.enter(debt, "j2", virtual=30_000, advance=1_000)
     assert late.tag == 100_000 and not late.at_v
@@ -236,6 +246,30 @@ def test_a_trickle_of_new_one_job_keys_at_the_grant_rate_never_pushes_a_backlogg
     assert got["a"] >= 0.4, got["a"]
     mine = [start.job for start in line.starts if start.key == "a"]
     assert mine == sorted(mine)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(1, 10).map(lambda s: s * S),
+    st.integers(1, 10),
+    st.integers(1, 600).map(lambda s: s * S),
+    st.integers(0, 6),
+)
+def test_a_key_arriving_behind_a_backlog_charged_the_guess_starts_within_about_one_round(
+    run_ms: int, slots: int, guess: int, runs_before: int
+) -> None:
+    # Given key A's backlog of short runs, its first ones charged the guess (up to 600 times what they take)
+    line = CostLine(settings=CostSettings(CostMode.TIME, guess=guess), slots=slots)
+    arrive = runs_before * run_ms + 1
+    jobs = backlog("a", 40 * slots + 40, run_ms)
+    # When key B arrives with a few jobs while every slot is busy
+    jobs += [Job(f"b-{i}", "b", arrive, run_ms) for i in range(3)]
+    simulate(line, jobs, arrive + 20 * run_ms)
+    # Then B's first job is among the next starts (one round of the keys waiting: A's one job, give or take the
+    # slot freeing at the same moment), not after A has used what its first runs were overcharged
+    after = [start for start in line.starts if start.at_ms >= arrive]
+    first = next(n for n, start in enumerate(after) if start.key == "b")
+    assert first <= 2, [(start.key, start.at_ms) for start in after[: first + 1]]
 
 
 @settings(max_examples=30, deadline=None)
