@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from enum import StrEnum
 
 from attrs import evolve, frozen
@@ -115,6 +115,27 @@ def behind(virtual: int, advance: int) -> int:
     return max(0, virtual - advance)
 
 
+def lined(places: Iterable[float], waiting: Callable[[int], int | None]) -> dict[int, int]:
+    """V of each priority a pass granted first attempts in (their `places`), as the line alone moves it: past the tags
+    granted and to the smallest tag still waiting (`waiting`), without the newcomers' pacing (fair.after_pass). What a
+    correction of a charge of the guess is bounded by (`behind`): V moved past a newcomer by the pacing of a key
+    that had not run yet, and a key whose own backlog waited behind it would be lifted past the keys it waits
+    with."""
+    granted: dict[int, list[int]] = {}
+    for place in places:
+        found = fair.band_of(place)
+        if found is not None:
+            granted.setdefault(found[0], []).append(found[1])
+    return {p: max(waiting(p) or 0, *(tag + 1 for tag in tags)) for p, tags in granted.items()}
+
+
+def after(starts: Iterable[int]) -> int:
+    """The lowest tag a key's front may take: one past the starts of its charges in flight (`Charge.start`). A run
+    Hermes refuses goes back to the line at its start: a later job of its key must stay behind it, whatever the
+    settles took off the key's F meanwhile."""
+    return max((tag + 1 for tag in starts), default=0)
+
+
 def start(finish: int | None, virtual: int) -> int:
     """Where an idle key's next job starts: its finish F when it is still ahead of V (a debt), else V (a key that
     was idle banks nothing)."""
@@ -139,8 +160,7 @@ class Placed:
 @frozen
 class Charge:
     """What a grant charged its key, kept until the run settles (the store: `c:<job>` in the key's cost hash).
-    `at_v`: the key came from idle at V for it (a newcomer), V moved past it by `paced`: what it cost beyond that moves
-    V too (`pushed`)."""
+    `at_v`: the key came from idle at V for it (a newcomer), V moved past it by `paced` (the newcomers' pacing)."""
 
     key: str
     priority: int
@@ -192,12 +212,13 @@ def granted(
     *,
     charged: bool = False,
     guessed: bool = False,
+    floor: int = 0,
 ) -> tuple[KeyLine, Charge | None, Placed | None]:
     """A job of the key was granted a slot: its key is charged `advance` (the estimate, tag units) from its chain
     (from max(F, V) for a resubmit of an idle key) unless `charged` (a grant the key paid already: a refused create's
     job granted again, or a second call after a crash); the job leaves the queue, and when it was the front the next
-    one is the front, at the new F. (key state, the charge, the front to place: also one placed before, so that a
-    caller after a crash places it again; placing is idempotent)."""
+    one is the front, at the new F (not below `floor`, `after`). (key state, the charge, the front to place: also one
+    placed before, so that a caller after a crash places it again; placing is idempotent)."""
     key, priority, weight = scheduling
     busy = bool(line.queue)
     begin = line.finish if busy and line.finish is not None else start(line.finish, virtual)
@@ -214,7 +235,7 @@ def granted(
         return line, cost, line.placed  # a parked job granted by the fallback, or a second call: the front stays
     if not queue:
         return evolve(line, front=None, placed=None), cost, None
-    tag = line.finish or 0
+    tag = max(line.finish or 0, floor)
     placed = Placed(queue[0], tag, parked=False, advance=advance)
     return evolve(line, front=queue[0], placed=placed, projected=max(line.projected, tag + advance)), cost, placed
 
@@ -260,22 +281,14 @@ def settled(line: KeyLine, cost: Charge, units: int | None, virtual: int, advanc
     return evolve(line, finish=finish if finish > virtual else None), delta
 
 
-def retagged(line: KeyLine, advance: int) -> tuple[KeyLine, Placed | None]:
+def retagged(line: KeyLine, advance: int, floor: int = 0) -> tuple[KeyLine, Placed | None]:
     """The front at the key's corrected F with its new estimate `advance` (a settle moves its key's front in the line
-    and what a pass plans for its next jobs); None when it has none or nothing changed."""
+    and what a pass plans for its next jobs), never below `floor` (`after`); None when it has none or nothing
+    changed."""
     if line.placed is None or line.finish is None:
         return line, None
-    placed = evolve(line.placed, tag=line.finish, advance=advance)
+    placed = evolve(line.placed, tag=max(line.finish, floor), advance=advance)
     return (line, None) if placed == line.placed else (evolve(line, placed=placed), placed)
-
-
-def pushed(virtual: int, cost: Charge, units: int | None) -> int:
-    """V after a newcomer's run settled having cost `units`: keys without a turn are paced as one key whose turn is V
-    (newcomers.py), V moved past it by `paced` when it entered, and what it cost beyond that moves V on (never
-    back)."""
-    if not cost.at_v or units is None or units <= cost.paced:
-        return virtual
-    return min(virtual + units - cost.paced, MAX_TAG)
 
 
 class Newcomers(newcomers.Newcomers):

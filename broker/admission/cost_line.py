@@ -7,8 +7,8 @@ History and the charges of its runs in flight; V per priority and the newcomers 
 A pass is rounds of: merge the heads (line, then parked: cost.rank), `cost.choose`, claim, `cost.granted` per first
 attempt (fair_next.lua), place the new fronts; then V moves as fair.after_pass says, past the tags the grants were
 charged from. A settle is `cost.settled` and `cost.retagged` (fair_settle.lua: the key's front moves to its corrected
-F) and `cost.pushed` (admission_release.lua). A replica that dies between a claim and its key's step (`crashes`)
-leaves it to the job's takeover, `lease_ms` later, or to its settle, whichever comes first.
+F). A replica that dies between a claim and its key's step (`crashes`) leaves it to the job's takeover, `lease_ms`
+later, or to its settle, whichever comes first.
 """
 
 from __future__ import annotations
@@ -83,6 +83,7 @@ class CostLine:
     fresh: History = field(factory=History)  #: the newcomers' runs (the store: in `{adm}:state`, by the release)
     charges: dict[str, Charge] = field(factory=dict)  #: job -> what its run in flight was charged
     virtual: list[int] = field(factory=lambda: [0] * len(fair.PRIORITIES))
+    lined: list[int] = field(factory=lambda: [0] * len(fair.PRIORITIES))  #: V but for the newcomers' pacing
     newcomers: Newcomers = field(factory=lambda: cost.Newcomers(len(fair.PRIORITIES)))
     arrival: dict[str, int] = field(factory=dict)
     jobs: dict[str, Job] = field(factory=dict)
@@ -175,6 +176,8 @@ class CostLine:
         moved = fair.after_pass(self.virtual, places, self._smallest, self.newcomers, self.slots)
         for priority, tag in moved.items():
             self.virtual[priority - 1] = min(tag, fair.MAX_TAG)
+        for priority, tag in cost.lined(places, self._smallest).items():
+            self.lined[priority - 1] = max(self.lined[priority - 1], tag)
         if self.record:
             self.passes.append((self.now, granted, self.waiting(), self.slots - len(self.live)))
         return granted
@@ -258,8 +261,16 @@ class CostLine:
         charged = job.id in self.charges
         scheduling = (job.key, p, job.weight)
         guessed = self.settings.mode is not CostMode.RUNS and not self.history.get(job.key, History()).runs
+        floor = self._floor(key)
         line, charge, front = cost.granted(
-            line, job.id, scheduling, self.virtual[p - 1], self._advance(job), charged=charged, guessed=guessed
+            line,
+            job.id,
+            scheduling,
+            self.virtual[p - 1],
+            self._advance(job),
+            charged=charged,
+            guessed=guessed,
+            floor=floor,
         )
         self.keys[key] = line
         if charge is not None:
@@ -270,9 +281,9 @@ class CostLine:
     # runs ----------------------------------------------------------------------------------------------------------
 
     def settle(self, job_id: str) -> None:
-        """The run's settle: fair_settle.lua (its key's history and correction, and its front moved), then
-        admission_release.lua (the slot, and V pushed by a newcomer's overshoot); an interrupted first attempt goes
-        back to the front of the line (a resubmit)."""
+        """The run's settle: fair_settle.lua (its key's history and correction, and its front moved), fair_fresh.lua
+        (a newcomer's cost learnt), then admission_release.lua (the slot); an interrupted first attempt goes back to
+        the front of the line (a resubmit)."""
         run = self.live.pop(job_id)
         job = run.job
         if job_id in self.pending:  # the settle finds its key's step not done: does it
@@ -293,12 +304,16 @@ class CostLine:
         p = job.priority
         key = (p, job.key)
         advance = self._advance(job)
-        line, _ = cost.settled(self.keys.get(key, KeyLine()), charge, units, self.virtual[p - 1], advance)
-        line, front = cost.retagged(line, advance)  # the front moves to the corrected F
+        virtual = min(self.virtual[p - 1], self.lined[p - 1])  # cost.settled's `virtual`: cost.lined
+        line, _ = cost.settled(self.keys.get(key, KeyLine()), charge, units, virtual, advance)
+        line, front = cost.retagged(line, advance, self._floor(key))  # the front moves to the corrected F
         if front is not None:
             self._move(self.jobs[front.job], front)
         self.keys[key] = line
-        self.virtual[p - 1] = cost.pushed(self.virtual[p - 1], charge, units)
+
+    def _floor(self, key: tuple[int, str]) -> int:
+        """cost.after over the key's charges in flight (the store: the `c:` fields of its cost hash)."""
+        return cost.after(c.start for c in self.charges.values() if (c.priority, c.key) == key)
 
     def takeover(self, job_id: str) -> None:
         """The replica that claimed the job died before its key's step: the job's takeover does it."""

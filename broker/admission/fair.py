@@ -119,10 +119,21 @@ class VirtualTimes:
 
     def __init__(self) -> None:
         self._tags = [0] * len(PRIORITIES)
+        self._lined: list[int | None] = [None] * len(PRIORITIES)  #: V but for the newcomers' pacing (cost.lined)
         self.learnt_at_ms: int | None = None
 
     def tag(self, priority: int) -> int:
         return self._tags[priority - 1]
+
+    def settling(self, priority: int) -> int:
+        """The V a settle goes by (cost.settled): V as this replica's passes moved it but for the newcomers' pacing,
+        when they did; else V."""
+        lined = self._lined[priority - 1]
+        return self._tags[priority - 1] if lined is None else min(self._tags[priority - 1], lined)
+
+    def lined(self, tags: Mapping[int, int]) -> None:
+        for priority, tag in tags.items():
+            self._lined[priority - 1] = max(self._lined[priority - 1] or 0, tag)
 
     def learn(self, tags: Sequence[int], now_ms: int) -> None:
         self._tags = [max(old, new) for old, new in zip(self._tags, tags, strict=True)]

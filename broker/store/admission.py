@@ -33,7 +33,7 @@ from attrs import evolve
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
-from broker.admission import fair
+from broker.admission import cost, fair
 from broker.admission.cost import CostMode, CostSettings
 from broker.admission.known_slots import KnownSlots
 from broker.admission.newcomers import Newcomers
@@ -174,6 +174,7 @@ class AdmissionStore:
         granted = [float(place) for jobs in started.values() for _, place in jobs]
         room = sum(a.standing.limit for a in answers)
         moved = fair.after_pass(answers[0].virtual, granted, self._waiting, self.newcomers, room)
+        self.virtual.lined(cost.lined(granted, self._waiting))
         settle = grant_calls(answers, started, now_ms, p.slot_ttl_ms, moved)
         await run_many(self._redis, self._scripts.admission_grant, settle)
         self.virtual.learn([moved.get(q, v) for q, v in zip(fair.PRIORITIES, answers[0].virtual, strict=True)], now_ms)

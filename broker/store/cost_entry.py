@@ -134,7 +134,7 @@ class CostEntry:
         done = await self.store.settle(
             view.job_id, view.attempt, s.fairness_key, s.priority, s.fairness_weight, 0.0, virtual, view.updated_at_ms
         )
-        await self.place(done.front, s.fairness_weight, virtual)
+        await self.place(done.front, s.fairness_weight, virtual, move=True)
 
     async def settled(self, view: JobView, facts: Sequence[Used], virtual: int, now_ms: int) -> None:
         """Runs of the job settled (`facts`: its usage facts that settle a run, SPEC S4.5): each attempt's charge is
@@ -149,25 +149,26 @@ class CostEntry:
             done = await self.store.settle(
                 view.job_id, attempt, s.fairness_key, s.priority, s.fairness_weight, measured, virtual, now_ms
             )
-            if done.applied and done.at_v and measured is not None and done.units is not None:
-                await self._newcomer_settled(s.priority, measured, done.units, done.paced)
-            await self.place(done.front, s.fairness_weight, virtual)
+            if done.applied and done.at_v and measured is not None:
+                await self._newcomer_settled(measured)
+            await self.place(done.front, s.fairness_weight, virtual, move=True)
 
-    async def _newcomer_settled(self, priority: int, measured: float, units: int, paced: int) -> None:
-        """A newcomer's run settled: the newcomers' recent cost learnt and V pushed (fair_fresh.lua). Pacing only: a
-        failure is logged, and the job's write stands."""
+    async def _newcomer_settled(self, measured: float) -> None:
+        """A newcomer's run settled: the newcomers' recent cost learnt (fair_fresh.lua). Pacing only: a failure is
+        logged, and the job's write stands."""
         try:
-            self.fresh = await self.store.fresh(priority, measured, units, paced)
+            self.fresh = await self.store.fresh(measured)
         except Exception as error:
             if not is_outage(error):
                 raise
             get_logger(type(self)).warning("Could not count a newcomer's run in their pacing.", exc_info=error)
 
-    async def place(self, front: Front | None, weight: float, virtual: int) -> None:
-        """Put a key's front in its line; one found gone (claimed or stopped since) is reported `left` and its key's
-        next one placed, GONE_ROUNDS at most (the rest wait for the key's next step)."""
+    async def place(self, front: Front | None, weight: float, virtual: int, *, move: bool = False) -> None:
+        """Put a key's front in its line (`move`: a settle's, to its corrected turn); one found gone (claimed or
+        stopped since) is reported `left` and its key's next one placed, GONE_ROUNDS at most (the rest wait for the
+        key's next step)."""
         for _ in range(GONE_ROUNDS):
-            if front is None or (await self.store.promote([front]))[0] != 0:
+            if front is None or (await self.store.promote([front], move=move))[0] != 0:
                 return
             left = [Step(front.placed.job, left=True)]
             front = (await self.store.step(front.key, front.priority, weight, virtual, left)).front

@@ -102,8 +102,8 @@ class KeyStep:
 @frozen
 class Settled:
     """What a settle did (fair_settle.lua): `applied` False when that attempt was settled before; `delta` the
-    correction of F; `at_v`, `paced`, `units` what admission_release.lua needs for cost.pushed (`units` None: nothing
-    measured); the key's front to place."""
+    correction of F; `at_v` a newcomer's run (its cost teaches the newcomers' pacing, fair_fresh.lua), `paced` what V
+    moved past it by, `units` what it measured (None: nothing); the key's front to place."""
 
     applied: bool
     delta: int
@@ -193,11 +193,10 @@ class CostStore:
         front = front_of(key, priority, items[5:])
         return Settled(applied == "1", int(delta), at_v == "1", int(paced), int(units) if units else None, front)
 
-    async def fresh(self, priority: int, measured: float, units: int, paced: int) -> History:
-        """A newcomer's run settled (a run whose grant came from V) having cost `measured` (`units` in tag units): the
-        newcomers' recent cost is learnt, and V moves on by what the run cost past `paced` (fair_fresh.lua, in the
-        admission state's slot). The newcomers' History."""
-        args = [self.settings.mode.value, repr(float(measured)), priority, units, paced]
+    async def fresh(self, measured: float) -> History:
+        """A newcomer's run settled (a run whose grant came from V) having cost `measured`: the newcomers' recent cost
+        is learnt (fair_fresh.lua, in the admission state's slot). The newcomers' History."""
+        args = [self.settings.mode.value, repr(float(measured))]
         reply = await self._scripts.fair_fresh(keys=[keys.ADMISSION_STATE], args=args)
         average, runs = _strings(reply)
         return History(float(average), int(runs))
@@ -221,16 +220,17 @@ class CostStore:
         """Has a grant of the job charged its key a run still in flight (`c:<job>`)?"""
         return bool(await self._redis.hexists(keys.cost_history(key), f"c:{job}"))
 
-    async def promote(self, fronts: Sequence[Front]) -> list[int]:
-        """Place each front in its partition's line (fair_promote.lua, one pipeline): 1 joined, 2 there already (moved
-        to its place given: a settle corrected its key's turn), 0 gone (claimed or stopped: its key's step reports it
-        `left`)."""
+    async def promote(self, fronts: Sequence[Front], *, move: bool = False) -> list[int]:
+        """Place each front in its partition's line (fair_promote.lua, one pipeline): 1 joined, 2 there already (with
+        `move`, a settle's correction of its key's turn, moved to its place given; a pass's placing, whose key step
+        may have read the key before a settle, leaves it where it is), 0 gone (claimed or stopped: its key's step
+        reports it `left`)."""
         calls: list[tuple[Sequence[str], Sequence[str | int]]] = []
         for front in fronts:
             job = front.placed.job
             p = keys.partition_of(job)
             script_keys = [keys.line(p), keys.parked(p), keys.fronts(p), keys.view(job)]
-            moved = signals.joined_message(job)
+            moved = signals.joined_message(job) if move else ""
             calls.append((script_keys, [job, front.score, front.entry, keys.SIGNALS, front.message, moved]))
         return [int(cast(int, reply)) for reply in await run_many(self._redis, self._scripts.fair_promote, calls)]
 

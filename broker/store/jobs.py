@@ -241,7 +241,7 @@ class JobStore:
                 if self._cluster:
                     await self._ring_board(job_id, board)
                 if self._cost is not None:  # its key's queue, or its run's charge corrected (SPEC S4.2)
-                    await self._cost.written(view, before, usage, self._virtual.tag(view.scheduling.priority))
+                    await self._cost.written(view, before, usage, self._virtual.settling(view.scheduling.priority))
                 return reply[1:]
             case "CONFLICT":
                 raise StreamConflict(job_id, reply[1])

@@ -45,6 +45,16 @@ local function save(line)
     redis.call('ZREM', KEYS[1], key)
   end
 end
+local function after()  -- one past the starts of the key's charges in flight (cost.after): a front's lowest tag
+  local floor, fields = 0, redis.call('HGETALL', KEYS[4])
+  for i = 1, #fields, 2 do
+    if string.sub(fields[i], 1, 2) == 'c:' then
+      local start = tonumber(string.match(fields[i + 1], '^[^|]*|[^|]*|([^|]*)'))
+      if start and start + 1 > floor then floor = start + 1 end
+    end
+  end
+  return floor
+end
 local function promoted(line, first, tag, advance)
   line.front, line.tag, line.at_v, line.advance, line.paced = first, tag, '0', advance, 0
 end
@@ -77,6 +87,7 @@ local function left(line, job, advance)
 end
 local line, charged, begins = load(), 0, {}
 local advance, guessed = estimate()
+local front = line.front
 for i = 8, #ARGV, 3 do
   if ARGV[i + 2] == 'left' then
     left(line, ARGV[i], advance)
@@ -85,6 +96,7 @@ for i = 8, #ARGV, 3 do
     begins[#begins + 1] = ARGV[i] .. ' ' .. fmt(line.f - advance)
   end
 end
+if line.front and line.front ~= front then line.tag = math.max(line.tag, after()) end  -- behind its key's runs
 save(line)
 if charged > 0 then redis.call('PEXPIRE', KEYS[4], ARGV[7]) end
 begins = table.concat(begins, ' ')

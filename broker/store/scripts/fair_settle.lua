@@ -49,6 +49,16 @@ local function save(line)
     redis.call('ZREM', KEYS[1], key)
   end
 end
+local function after()  -- one past the starts of the key's charges in flight (cost.after): a front's lowest tag
+  local floor, fields = 0, redis.call('HGETALL', KEYS[4])
+  for i = 1, #fields, 2 do
+    if string.sub(fields[i], 1, 2) == 'c:' then
+      local start = tonumber(string.match(fields[i + 1], '^[^|]*|[^|]*|([^|]*)'))
+      if start and start + 1 > floor then floor = start + 1 end
+    end
+  end
+  return floor
+end
 local function promoted(line, first, tag, advance)
   line.front, line.tag, line.at_v, line.advance, line.paced = first, tag, '0', advance, 0
 end
@@ -100,10 +110,11 @@ if not redis.call('ZSCORE', KEYS[5], member) then
       local f = math.min(math.min(math.max(line.f or 0, v), MAX_TAG) + delta, MAX_TAG)
       line.f = f > v and f or nil
     end
-    if line.front and line.f and redis.call('ZCARD', KEYS[3]) > 0 then
-      -- the front moves to the corrected F, with the key's new estimate (what a pass plans its next jobs by)
-      line.tag, line.advance = line.f, advance
-    end
+  end
+  if line.front and line.f and redis.call('ZCARD', KEYS[3]) > 0 then
+    -- the front moves to the corrected F (behind its key's jobs in flight), with the key's estimate (what a pass
+    -- plans its next jobs by)
+    line.tag, line.advance = math.max(line.f, after()), estimate()
   end
   local now = tonumber(ARGV[11])
   redis.call('ZADD', KEYS[5], ARGV[11], member)

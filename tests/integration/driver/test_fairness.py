@@ -114,11 +114,8 @@ async def test_backlogged_keys_share_by_their_weights(
 
 
 async def test_two_replicas_keep_one_fair_order(make_replica: ClientFactory, sim: Simulator, redis: Redis) -> None:
-    # Given two replicas sharing a limit of 2, counting runs (charging time, b's later jobs wait for its first run to
-    # settle: its estimate is the guess until then; test_fairness_time.py): key a's backlog created through one, key
-    # b's jobs through the other
-    one = await make_replica(hermes_max_concurrent=2, admission_fairness_cost="runs")
-    two = await make_replica(hermes_max_concurrent=2, admission_fairness_cost="runs")
+    # Given two replicas sharing a limit of 2: key a's backlog created through one, key b's jobs through the other
+    one, two = await make_replica(hermes_max_concurrent=2), await make_replica(hermes_max_concurrent=2)
     backlog = [await submit(one, f"a {i} sleep:0.1", key="a") for i in range(20)]
     late = [await submit(two, f"b {i} sleep:0.1", key="b") for i in range(3)]
     done = await all_settled(two, backlog + late)

@@ -15,6 +15,7 @@ from tests.integration.driver.test_fairness import (
     test_keys_arriving_one_after_another_each_start_within_about_one_round,
     test_one_job_keys_that_share_a_turn_go_in_arrival_order,
     test_strict_priority_then_fair_turns_each_key_in_arrival_order,
+    test_two_replicas_keep_one_fair_order,
 )
 
 pytestmark = BOTH_BACKENDS
@@ -26,6 +27,7 @@ __all__ = [
     "test_keys_arriving_one_after_another_each_start_within_about_one_round",
     "test_one_job_keys_that_share_a_turn_go_in_arrival_order",
     "test_strict_priority_then_fair_turns_each_key_in_arrival_order",
+    "test_two_replicas_keep_one_fair_order",
 ]
 
 

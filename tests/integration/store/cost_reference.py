@@ -21,6 +21,9 @@ class Reference:
     charges: dict[str, Charge] = field(factory=dict)
     settled: set[tuple[str, int]] = field(factory=set)
 
+    def _floor(self, key: str, priority: int) -> int:
+        return cost.after(c.start for c in self.charges.values() if (c.key, c.priority) == (key, priority))
+
     def _advance(self, key: str, weight: float) -> int:
         return cost.estimate(self.history.get(key, History()), self.settings, weight)
 
@@ -56,7 +59,10 @@ class Reference:
         line = self.lines.get((priority, key), KeyLine())
         paid = job in self.charges or (job, attempt) in self.settled
         scheduling = (key, priority, weight)
-        line, charge, _ = cost.granted(line, job, scheduling, virtual, advance, charged=paid, guessed=guessed)
+        floor = self._floor(key, priority)
+        line, charge, _ = cost.granted(
+            line, job, scheduling, virtual, advance, charged=paid, guessed=guessed, floor=floor
+        )
         self.lines[(priority, key)] = line
         if charge is not None:
             self.charges[job] = charge
@@ -77,8 +83,7 @@ class Reference:
             self.history[key] = self.history.get(key, History()).settled(measured)
         advance = self._advance(key, weight)
         line, delta = cost.settled(self.lines.get((priority, key), KeyLine()), charge, units, virtual, advance)
-        if units is not None:  # the front moves to the corrected F, with the key's new estimate
-            line, _ = cost.retagged(line, advance)
+        line, _ = cost.retagged(line, advance, self._floor(key, priority))  # the front moves to the corrected F
         self.lines[(priority, key)] = line
         self.settled.add((job, attempt))
         return True, delta, charge, units

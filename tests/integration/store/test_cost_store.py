@@ -98,10 +98,11 @@ class Both:
             await self.redis.zrem(keys.parked(partition), step.job)
             await self.redis.hdel(keys.fronts(partition), step.job)  # type: ignore[misc]
 
-    async def placed(self, front: Front | None) -> None:
-        """The caller places the front a key step or a settle named: it waits (parked, or in the line already)."""
+    async def placed(self, front: Front | None, *, move: bool = False) -> None:
+        """The caller places the front a key step or a settle (`move`) named: it waits (parked, or in the line
+        already)."""
         if front is not None:
-            assert await self.store.promote([front]) in ([1], [2])
+            assert await self.store.promote([front], move=move) in ([1], [2])
 
     async def step(self, i: int, steps: list[Step]) -> KeyStep:
         key, priority, weight = self.scheduling(i)
@@ -129,7 +130,7 @@ class Both:
             assert charge in (None, settled)  # none: the settle charged it (its key step never ran)
             assert (done.at_v, done.paced, done.units) == (settled.at_v, settled.paced, units)
         self.same_front(done.front, i)
-        await self.placed(done.front)
+        await self.placed(done.front, move=True)
 
     def same_front(self, front: Front | None, i: int) -> None:
         key, priority, _ = self.scheduling(i)

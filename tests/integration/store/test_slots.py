@@ -438,7 +438,7 @@ async def _cost_turns(redis: Redis) -> object:
     assert heads[keys.partition_of(second)].fronts[0][0] == second
     done = await store.settle(JOB, 1, "team{a}", 3, 1.0, 5_000.0, 0, 2_000)
     assert done.at_v and done.units == 5_000  # a newcomer's run: the newcomers' pacing learns it
-    assert (await store.fresh(3, 5_000.0, done.units, done.paced)).runs == 1
+    assert (await store.fresh(5_000.0)).runs == 1
     return await store.unpark(keys.partition_of(second))
 
 
