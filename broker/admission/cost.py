@@ -292,9 +292,10 @@ def retagged(line: KeyLine, advance: int, floor: int = 0) -> tuple[KeyLine, Plac
 
 
 class Newcomers(newcomers.Newcomers):
-    """The newcomers heard (newcomers.py), paced as one key with a chain: with costs V also moves between passes (a
-    newcomer's settle pushes it, `pushed`), so a group of newcomers may start at a new V before a pass moved V past
-    the group before it; that group's cost is carried, not forgotten (the next newcomers start behind both)."""
+    """The newcomers heard (newcomers.py), paced as one key with a chain: a group of newcomers that starts at a new V
+    before a pass moved V past the group before it (`entering`) has that group's cost carried, not forgotten (the
+    next newcomers start behind both). The store's creates go by the V of its passes (fair.VirtualTimes) and its
+    passes by newcomers.Newcomers: the model's `entering` is what they would do with no pass between creates."""
 
     def __init__(self, priorities: int) -> None:
         super().__init__(priorities)

@@ -80,7 +80,7 @@ class CostLine:
     parked: dict[int, dict[str, float]] = field(factory=dict)  #: partition -> job -> band + projection
     keys: dict[tuple[int, str], KeyLine] = field(factory=dict)
     history: dict[str, History] = field(factory=dict)
-    fresh: History = field(factory=History)  #: the newcomers' runs (the store: in `{adm}:state`, by the release)
+    fresh: History = field(factory=History)  #: the newcomers' runs (the store: `fresh:<mode>` in `{adm}:state`)
     charges: dict[str, Charge] = field(factory=dict)  #: job -> what its run in flight was charged
     virtual: list[int] = field(factory=lambda: [0] * len(fair.PRIORITIES))
     lined: list[int] = field(factory=lambda: [0] * len(fair.PRIORITIES))  #: V but for the newcomers' pacing

@@ -168,7 +168,8 @@ async def test_a_create_under_admission_max_waiting_costs_a_bounded_number_of_re
     answer = await client.post("/v1/runs", json={"input": "x", "scheduling": {"fairness_key": "new"}})
     assert answer.status == 202
     used = await zcards() - before
-    assert used < 100, f"one create made {used} ZCARD calls"
+    # each partition's line and parked jobs (ADMISSION_FAIRNESS_COST time parks a key's later jobs): never one per key
+    assert used <= 2 * keys.PARTITIONS + 4, f"one create made {used} ZCARD calls"
 
 
 async def test_stopped_held_jobs_at_the_front_do_not_stall_their_key(
