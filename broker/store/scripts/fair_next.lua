@@ -45,12 +45,13 @@ local function save(line)
     redis.call('ZREM', KEYS[1], key)
   end
 end
-local function after()  -- one past the starts of the key's charges in flight (cost.after): a front's lowest tag
+local function after()  -- one past the starts of the key's charges in flight in this priority (cost.after)
   local floor, fields = 0, redis.call('HGETALL', KEYS[4])
   for i = 1, #fields, 2 do
     if string.sub(fields[i], 1, 2) == 'c:' then
-      local start = tonumber(string.match(fields[i + 1], '^[^|]*|[^|]*|([^|]*)'))
-      if start and start + 1 > floor then floor = start + 1 end
+      local q, start = string.match(fields[i + 1], '^([^|]*)|[^|]*|([^|]*)')
+      start = tonumber(start)
+      if q == p and start and start + 1 > floor then floor = start + 1 end
     end
   end
   return floor
