@@ -7,25 +7,18 @@ import pytest
 from redis.asyncio import Redis
 
 from broker.admission import fair
-from broker.admission.cost import CostSettings
 from broker.store import keys
 from broker.store.cost_store import CostStore, Step
 from broker.store.replies import text
 from tests.conftest import BOTH_BACKENDS
+from tests.integration.store.test_cost_repairs import GUESS, KEY, P, _store
 
 pytestmark = BOTH_BACKENDS
 
-KEY = "team-a"
-P = 3
-GUESS = 60_000
-
-
-def _store(redis: Redis) -> CostStore:
-    return CostStore(redis, CostSettings(guess=GUESS), 3_600_000)
-
 
 async def _backlog(store: CostStore, redis: Redis, key: str, n: int, virtual: int = 0) -> list[str]:
-    """n jobs of `key` created at once: the first its front in the line, the others parked (as the job write would)."""
+    """n jobs of `key` created at once, at `virtual`: the first its front in the line, the others parked (as the job
+    write would; test_cost_repairs.py's for one key at 0)."""
     jobs = [f"job_{key}_{i:024x}" for i in range(n)]
     for i, job in enumerate(jobs):
         placed = await store.enter(job, key, P, 1.0, 1_000 + i, virtual, 0)
