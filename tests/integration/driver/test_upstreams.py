@@ -191,8 +191,11 @@ async def test_an_interrupted_run_resubmits_to_its_upstream_while_up_else_elsewh
     done = await settled(replica, created["run_id"], timeout=30)
     assert done["status"] == "completed" and done["attempts"] == 2
     assert done["upstream"] == (first if second_down else second)
-    keys = creates(sim) + creates(other)
-    assert keys.count(f"{created['run_id']}#2") == (2 if second_down else 1)  # a refused create, then the first
+    resubmit = f"{created['run_id']}#2"
+    # (a draining upstream refuses each probe; the job probes it again while the first is still full)
+    assert creates(sim).count(resubmit) == (1 if second_down else 0)
+    refused_or_run = creates(other).count(resubmit)
+    assert refused_or_run >= 1 if second_down else refused_or_run == 1
 
 
 async def test_a_session_keeps_its_upstream_and_waits_for_it_while_it_is_busy(
