@@ -264,7 +264,7 @@ class AdmissionStore:
         """The job goes back to its place (`place` when its slot no longer knows it); the upstream learns."""
         p, at = self.pacing, self.upstream(upstream)
         self._slots.forget(job_id)
-        await self._quota_released(job_id)
+        await self._quota_returned(job_id, place)
         reply = await self._scripts.admission_refused(
             keys=at.keys.scripts,
             args=[
@@ -306,9 +306,13 @@ class AdmissionStore:
         if self.quota is not None and self.quota.enforced:
             await self.quota.release(job_id)
 
+    async def _quota_returned(self, job_id: str, place: str) -> None:
+        if self.quota is not None and self.quota.enforced:
+            await self.quota.returned(job_id, place)
+
     async def requeue(self, job_id: str, place: str, *, upstream: str | None = None) -> None:
         self._slots.forget(job_id)
-        await self._quota_released(job_id)
+        await self._quota_returned(job_id, place)
         back = await self._scripts.admission_requeue(keys=self.upstream(upstream).keys.scripts, args=[job_id, place])
         await self.enter(job_id, back.decode() if isinstance(back, bytes) else str(back))
 

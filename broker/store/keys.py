@@ -125,7 +125,8 @@ hbr:{quota}:live:<K>         zset    fairness key K's live Hermes runs -> expiry
 hbr:{quota}:held:<K>         zset    K's jobs out of the line while K is at its quota  none; admission pass,
                                      or budget -> their place in the line (S4.4)        quota wake
 hbr:{quota}:woken:<K>        zset    K's held jobs sent back to the line, not taken    none; quota wake,
-                                     yet -> their place when held                       admission pass
+                                     yet -> their place when held (or a live run's      admission pass,
+                                     whose grant went back, ahead of K's held jobs)     refusal, hand-back
 hbr:{quota}:tokens:<K>       hash    K's tokens per hour (start, epoch s) of its        8 days from the last
                                      settled runs, while K has a token budget           run; whoever counts
                                                                                        the run's usage
@@ -133,6 +134,8 @@ hbr:{quota}:held-keys        zset    keys with held jobs -> when to look at them
 hbr:{quota}:holds            hash    K -> why it holds jobs: `quota`, `order` (behind    none; as `held`
                                      its earlier ones) or `budget:<retry_at ms>`
 hbr:{quota}:held-count       string  the held jobs of every key                         none; as `held`
+hbr:{quota}:returned         set     woken jobs that were live runs whose grant went    none; refusal,
+                                     back (their wait for Hermes goes on)               hand-back, pass
 
 Several Hermes deployments (SPEC S10): each upstream has its own admission (limit, live slots, refusal) in a
 slot of its own. The FIRST upstream of HERMES_URL keeps `{adm}`, so a one-URL broker and a store of the broker
@@ -193,6 +196,7 @@ _QUOTA = f"{PREFIX}:{{quota}}"
 QUOTA_HELD_KEYS = f"{_QUOTA}:held-keys"
 QUOTA_HOLDS = f"{_QUOTA}:holds"
 QUOTA_HELD_COUNT = f"{_QUOTA}:held-count"
+QUOTA_RETURNED = f"{_QUOTA}:returned"
 
 
 def quota_live(fairness_key: str) -> str:

@@ -9,7 +9,8 @@ to be looked at; a replica's pass looks at the due keys (quota_wake.lua), which 
 room for to their woken zset, and puts the woken jobs back in the line (broker/store/admission.py). A woken job
 counts in the line, not as held; it stays woken until a pass takes or holds it, so a crash before it is back in the
 line loses nothing (the next look returns it again). A key's jobs keep their order: a job that was never held waits
-behind the key's held and woken ones.
+behind the key's held and woken ones of its priority, and a live run whose grant went back to the line (a refusal, a
+hand-back) waits woken ahead of them (quota_return.lua).
 
 A live entry expires LIVE_TTLS slot leases after its last renewal: a replica that froze or died keeps its run
 counted until another replica takes the job over (which counts it again) or it plainly lapsed. Each replica remembers
@@ -65,6 +66,7 @@ class QuotaStore:
         self._take = scripts.quota_take
         self._wake = scripts.quota_wake
         self._forget = scripts.quota_forget
+        self._return = scripts.quota_return
         self._live: dict[str, str] = {}  #: job -> its key, for the live runs this replica counted or took over
         self._looked_at = -RECHECK_MS
         self.enforced = quotas.enforced()  #: a quota limits live runs or tokens: passes take and hold
@@ -82,7 +84,7 @@ class QuotaStore:
             return Taken()
         budgets = await self.budgets.use([key for _, key, _ in jobs], now_ms)
         index: dict[str, int] = {}
-        script_keys = [keys.QUOTA_HELD_KEYS, keys.QUOTA_HOLDS, keys.QUOTA_HELD_COUNT]
+        script_keys = [keys.QUOTA_HELD_KEYS, keys.QUOTA_HOLDS, keys.QUOTA_HELD_COUNT, keys.QUOTA_RETURNED]
         lapse = LIVE_TTLS * ttl_ms
         args: list[str | int] = [now_ms, now_ms + lapse, now_ms + RECHECK_MS, 2 * lapse]
         for job_id, key, place in jobs:
@@ -151,7 +153,13 @@ class QuotaStore:
             by_key.setdefault(key, []).append(job_id)
         for key, job_ids in by_key.items():
             forgotten = await self._forget(
-                keys=[keys.QUOTA_HELD_KEYS, keys.QUOTA_HELD_COUNT, keys.quota_held(key), keys.quota_woken(key)],
+                keys=[
+                    keys.QUOTA_HELD_KEYS,
+                    keys.QUOTA_HELD_COUNT,
+                    keys.quota_held(key),
+                    keys.quota_woken(key),
+                    keys.QUOTA_RETURNED,
+                ],
                 args=[key, *job_ids],
             )
             if int(cast(int, forgotten)):
@@ -170,6 +178,25 @@ class QuotaStore:
             pipe.zadd(keys.QUOTA_HELD_KEYS, {key: 0}, xx=True)
             await pipe.execute()
         self._live.pop(job_id, None)
+        self._looked_at = -RECHECK_MS  # this replica's next pass looks at once
+
+    async def returned(self, job_id: str, place: str) -> None:
+        """The job's grant went back to the line at `place` before it ran (a refusal, a hand-back): no longer live,
+        it waits woken ahead of its key's later jobs, which a corrected turn (SPEC S4.2) may have placed before it."""
+        key = self._live.pop(job_id, None)
+        if key is None:
+            return
+        await self._return(
+            keys=[
+                keys.QUOTA_HELD_KEYS,
+                keys.QUOTA_HOLDS,
+                keys.quota_live(key),
+                keys.quota_held(key),
+                keys.quota_woken(key),
+                keys.QUOTA_RETURNED,
+            ],
+            args=[key, job_id, place],
+        )
         self._looked_at = -RECHECK_MS  # this replica's next pass looks at once
 
     async def renew(self, job_ids: Iterable[str], now_ms: int, ttl_ms: int) -> None:

@@ -61,6 +61,7 @@ NAMES = (
     "quota_take",
     "quota_wake",
     "quota_forget",
+    "quota_return",
     "fair_turn_cost",
     "fair_next",
     "fair_promote",
@@ -115,6 +116,7 @@ class Scripts:
         self.quota_take: AsyncScript = redis.register_script(source("quota_take"))
         self.quota_wake: AsyncScript = redis.register_script(source("quota_wake"))
         self.quota_forget: AsyncScript = redis.register_script(source("quota_forget"))
+        self.quota_return: AsyncScript = redis.register_script(source("quota_return"))
         # ADMISSION_FAIRNESS_COST (SPEC S4.2 "What a turn costs"): broker/store/cost_store.py
         self.fair_turn_cost: AsyncScript = redis.register_script(source("fair_turn_cost"))
         self.fair_next: AsyncScript = redis.register_script(source("fair_next"))

@@ -207,13 +207,15 @@ async def test_a_job_sent_back_to_the_line_by_a_refusal_or_a_drain_keeps_its_tur
     # Given a's first job taken (live) and its second held behind it
     assert (await store.take([("job_1", "a", str(BAND + UNIT))], now, 15_000)).held == set()
     assert (await store.take([("job_2", "a", str(BAND + 2 * UNIT))], now + 100, 15_000)).held == {"job_2"}
-    # When the first's grant goes back (a busy refusal, a requeue, a drain): its live run released, the key looked at
-    await store.release("job_1")
+    # When the first's grant goes back (a busy refusal, a requeue, a drain): no longer live, the key looked at
+    await store.returned("job_1", str(BAND + UNIT))
     back = await store.wake(now + 1_000)
-    assert [job_id for job_id, _, _ in back] == ["job_2"]  # its second is sent back to the line
-    # And a pass claims the first again, at its own place (ahead of the second's)
-    again = await store.take([("job_1", "a", str(BAND + UNIT))], now + 1_100, 15_000)
+    assert [job_id for job_id, _, _ in back] == ["job_1"]  # the key's room is the first's: its second stays held
+    # And a pass claims the second at a place before the first's (a turn corrected since), then the first
+    later = await store.take([("job_2", "a", str(BAND))], now + 1_100, 15_000)
+    again = await store.take([("job_1", "a", str(BAND + UNIT))], now + 1_200, 15_000)
     # Then the first takes the key's room: it is not held behind the job that arrived after it
+    assert later.held == {"job_2"}, "a's second job was taken ahead of its first, whose grant went back"
     assert again.held == set(), "a's first job is held behind its second"
 
 
@@ -278,3 +280,26 @@ async def test_a_job_hermes_keeps_refusing_expires_after_runs_hold_also_while_it
         assert done["status"] == "failed" and done["error"]["code"] == "hold_expired", done
     took = time.monotonic() - started
     assert took < 12, f"Hermes's refusals kept a's jobs waiting {took:.1f} s (RUNS_HOLD 3 s)"
+
+
+async def test_a_keys_later_job_placed_before_its_held_one_by_a_corrected_turn_waits_behind_it(redis: Redis) -> None:
+    """A key's jobs start in arrival order (S4.2) under a `live` quota (S4.4) when a turn costs Hermes time: a settle
+    that corrects the key's charge down places its next job at a smaller tag than the job its quota holds, and that
+    later job still waits behind the held one, held and woken in the key's order."""
+    from broker.store.quota import QuotaStore
+
+    store = QuotaStore(redis, Quotas(keys=(("a", Quota(live=1)),)))
+    now = int(time.time() * 1000)
+    # Given a's first job live, and its second held at the quota (charged the guess: a late tag)
+    assert (await store.take([("job_1", "a", str(BAND + UNIT))], now, 15_000)).held == set()
+    assert (await store.take([("job_2", "a", str(BAND + 600 * UNIT))], now + 10, 15_000)).held == {"job_2"}
+    # When a's third job becomes its front at a corrected, smaller tag and a pass claims it
+    third = await store.take([("job_3", "a", str(BAND + 20 * UNIT))], now + 20, 15_000)
+    # Then it is held behind a's second (arrived first)
+    assert third.held == {"job_3"}, "a's third job was taken ahead of its held second"
+    # And when the first run ends, the second goes back to the line first, and is taken before the third
+    await store.release("job_1")
+    back = [job_id for job_id, _, _ in await store.wake(now + 1_000)]
+    assert back[0] == "job_2", f"a's jobs go back to the line in the order {back}"
+    assert (await store.take([("job_3", "a", str(BAND + 30 * UNIT))], now + 1_100, 15_000)).held == {"job_3"}
+    assert (await store.take([("job_2", "a", str(BAND + 31 * UNIT))], now + 1_200, 15_000)).held == set()

@@ -1,7 +1,8 @@
 """Live quotas (SPEC S4.4) as a state machine on a real Redis: two replicas' passes grant the heads of a line, take
-their keys' live runs or hold them, release runs and wake held keys in any order. Whatever happens, a key's live
-runs never pass its quota, each key's jobs start in their order in the line, no job is lost, and a key with room
-gets its held jobs back."""
+their keys' live runs or hold them, release runs, give grants back (a refusal) and wake held keys in any order, while
+settles correct a key's turn (its next job placed earlier, SPEC S4.2 "What a turn costs"). Whatever happens, a key's
+live runs never pass its quota, each key's jobs start in their arrival order, no job is lost, a key with room gets
+its held jobs back, and only a job its quota held starts its wait for Hermes again when taken."""
 
 from __future__ import annotations
 
@@ -37,9 +38,12 @@ class Quotas2(RuleBasedStateMachine):
         self.stores = [QuotaStore(self.redis, QUOTAS), QuotaStore(self.redis, QUOTAS)]
         self.now = 1_000_000
         self.key = {job: key for job, key, _ in JOBS}
-        self.place = {job: place for job, _, place in JOBS}
-        self.line = {job for job, _, _ in JOBS}  #: in the line (a returned held job is here and held)
+        self.arrival = {job: i for i, (job, _, _) in enumerate(JOBS)}
+        self.place = {job: place for job, _, place in JOBS}  #: its place in the line, as last given
+        self.waiting = [job for job, _, _ in JOBS]  #: never granted, in arrival order: each key's first is its front
+        self.back: set[str] = set()  #: sent back to the line (woken, or a live run's grant given back)
         self.live: dict[str, int] = {}  #: job -> the replica that counted it
+        self.was_held: set[str] = set()  #: held since its last grant
         self.done: set[str] = set()
         self.started: list[str] = []
         self.run(self.redis.flushdb())
@@ -57,17 +61,45 @@ class Quotas2(RuleBasedStateMachine):
     def woken(self, key: str) -> set[str]:
         return set(self.run(self.redis.zrange(keys.quota_woken(key), 0, -1)))
 
+    def fronts(self) -> dict[str, str]:
+        """Each key's first job never granted: the only one of its new jobs in the line (the rest are parked)."""
+        found: dict[str, str] = {}
+        for job in self.waiting:
+            found.setdefault(self.key[job], job)
+        return found
+
+    def line(self) -> set[str]:
+        return set(self.fronts().values()) | self.back
+
     @rule(replica=st.integers(0, 1), most=st.integers(1, 4))
     def a_pass_grants_the_heads(self, replica: int, most: int) -> None:
-        heads = sorted(self.line, key=self.place.__getitem__)[:most]
-        self.line -= set(heads)
-        held = self.run(
+        heads = sorted(self.line(), key=lambda job: (self.place[job], self.arrival[job]))[:most]
+        self.back -= set(heads)
+        self.waiting = [job for job in self.waiting if job not in heads]
+        decided = self.run(
             self.stores[replica].take([(job, self.key[job], str(self.place[job])) for job in heads], self.now, TTL_MS)
-        ).held
+        )
         for job in heads:
-            if job not in held:
-                self.live[job] = replica
-                self.started.append(job)
+            if job in decided.held:
+                self.was_held.add(job)
+                continue
+            assert (job in decided.waited) == (job in self.was_held), f"{job}: its wait for Hermes began again"
+            self.was_held.discard(job)
+            self.live[job] = replica
+            self.started.append(job)
+
+    @precondition(lambda self: self.fronts())
+    @rule(data=st.data(), tag=st.integers(1, 40))
+    def a_settle_corrects_a_keys_turn(self, data: st.DataObject, tag: int) -> None:
+        front = data.draw(st.sampled_from(sorted(self.fronts().values())))
+        self.place[front] = BAND + tag
+
+    @precondition(lambda self: self.live)
+    @rule(data=st.data())
+    def a_grant_goes_back_to_the_line(self, data: st.DataObject) -> None:
+        job = data.draw(st.sampled_from(sorted(self.live)))
+        self.run(self.stores[self.live.pop(job)].returned(job, str(self.place[job])))
+        self.back.add(job)
 
     @precondition(lambda self: self.live)
     @rule(data=st.data())
@@ -82,8 +114,9 @@ class Quotas2(RuleBasedStateMachine):
     def a_pass_wakes_held_keys(self, replica: int, ms: int) -> None:
         self.now += ms
         for job, key, place in self.run(self.stores[replica].wake(self.now)):
-            assert place == str(self.place[job]) and key == self.key[job]
-            self.line.add(job)
+            assert key == self.key[job]
+            self.place[job] = int(float(place))
+            self.back.add(job)
 
     @invariant()
     def no_key_passes_its_live_quota(self) -> None:
@@ -95,15 +128,16 @@ class Quotas2(RuleBasedStateMachine):
 
     @invariant()
     def each_keys_jobs_start_in_their_order(self) -> None:
+        first = list(dict.fromkeys(self.started))  # a grant given back starts again: its first start counts
         for key in LIMITS:
-            order = [self.place[job] for job in self.started if self.key[job] == key]
-            assert order == sorted(order)
+            order = [self.arrival[job] for job in first if self.key[job] == key]
+            assert order == sorted(order), f"{key}'s jobs started in the order {order}"
 
     @invariant()
     def no_job_is_lost(self) -> None:
         held = set().union(*(self.held(key) | self.woken(key) for key in LIMITS))
         for job, _, _ in JOBS:
-            assert job in self.line or job in held or job in self.live or job in self.done, job
+            assert job in self.line() or job in self.waiting or job in held or job in self.live or job in self.done
             assert job not in self.live or job not in held
 
     @invariant()
@@ -118,7 +152,7 @@ class Quotas2(RuleBasedStateMachine):
 
 def test_live_quotas_hold_under_any_interleaving(redis_server: RedisServer) -> None:
     Quotas2.url = redis_server.url
-    run_state_machine_as_test(Quotas2, settings=settings(max_examples=60, stateful_step_count=40, deadline=None))
+    run_state_machine_as_test(Quotas2, settings=settings(max_examples=100, stateful_step_count=50, deadline=None))
 
 
 def test_a_key_with_room_gets_every_held_job_back_in_order(redis_server: RedisServer) -> None:
@@ -129,7 +163,7 @@ def test_a_key_with_room_gets_every_held_job_back_in_order(redis_server: RedisSe
             machine.a_pass_grants_the_heads(0, 4)
         machine.a_pass_wakes_held_keys(1, 0)
         for _ in range(100):
-            if not (machine.live or machine.line or any(machine.held(key) | machine.woken(key) for key in LIMITS)):
+            if not (machine.live or machine.line() or any(machine.held(key) | machine.woken(key) for key in LIMITS)):
                 break
             for job in sorted(machine.live):
                 machine.a_run_settles_now(job)

@@ -401,8 +401,9 @@ async def _quotas(redis: Redis) -> object:
     assert held.held == {"job_2"}
     await store.renew(["job_1", "job_3"], 1_100, 500)
     await store.release("job_1")
+    await store.returned("job_3", "12")
     await store.hold("job_4", "b", 1_200, 500)
-    assert await store.wake(1_300) == [("job_2", "team{a}", "11")]
+    assert sorted(await store.wake(1_300)) == [("job_2", "team{a}", "11"), ("job_3", "b", "12")]
     await store.forget([("job_2", "team{a}")])
     await store.budgets.counted([Used(marker="job_3:end", key="b", at_ms=1_000, total_tokens=5)])
     await quota_view.held(store, Bound(key=9, all=99), "team{a}")
@@ -523,7 +524,7 @@ SINGLE_SLOT: list[tuple[str, Operation]] = [
     ("session_turn + session_history + session_release (a session's turns, SPEC S4.3)", _session_turns),
     ("append_events with usage facts + usage_record (each hour's usage, SPEC S4.5)", _usage),
     ("usage_replace (the rebuild of an hour's usage)", _usage_replace),
-    ("quota_take + quota_wake + quota_forget, releases, renewals, budgets, figures (SPEC S4.4)", _quotas),
+    ("quota_take + quota_wake + quota_forget + quota_return, releases, renewals, budgets, figures (S4.4)", _quotas),
     (
         "fair_turn_cost + fair_next + fair_promote + line_heads + fair_settle + fair_fresh (what a turn costs, S4.2)",
         _cost_turns,
@@ -543,8 +544,8 @@ COVERED = {
     "replace_view", "remove_deltas", "board_ack", "board_promote", "release_lock",
     "reindex_job", "upstream_heard", "upstream_probe", "line_figures", "fair_top_repair", "session_turn",
     "session_release", "session_history", "callback_claim", "callback_result", "usage_record", "usage_replace",
-    "quota_take", "quota_wake", "quota_forget", "fair_turn_cost", "fair_next", "fair_promote", "fair_settle",
-    "fair_fresh", "line_heads", "fair_unpark",
+    "quota_take", "quota_wake", "quota_forget", "quota_return", "fair_turn_cost", "fair_next", "fair_promote",
+    "fair_settle", "fair_fresh", "line_heads", "fair_unpark",
 }  # fmt: skip
 
 
