@@ -71,9 +71,8 @@ class Config:
     admission_fairness_default: str = "session_key"  #: a job's key when it names none (SPEC S4.2)
     admission_fairness_weights: tuple[tuple[str, float], ...] = ()  #: weights per key, winning over a create's
     #: what a key is charged per job (SPEC S4.2 "What a turn costs"): time (slot ms), tokens, or runs (fixed tags at
-    #: create: broker/admission/fair.py; the others broker/admission/cost.py). SPEC S2's default is time; runs until
-    #: time keeps a key's order under a `live` quota (docs/concepts/fairness.md "What a turn costs")
-    admission_fairness_cost: str = "runs"
+    #: create: broker/admission/fair.py; the others broker/admission/cost.py)
+    admission_fairness_cost: str = "time"
     #: the estimate of a key without history, in the mode's unit: ms of slot time (`time`) or tokens (`tokens`)
     admission_fairness_guess: int = 60_000
     admission_quotas: Quotas = NO_QUOTAS  #: ADMISSION_QUOTAS: limits per fairness key (SPEC S4.4)

@@ -68,7 +68,7 @@ DEFAULTS = {
     "callback_signing_secrets": (),
     "callback_retry_window_ms": 86_400_000,
     "redis_memory_high": 0.9,
-    "admission_fairness_cost": "runs",  # SPEC S2 says time: see docs/concepts/fairness.md "What a turn costs"
+    "admission_fairness_cost": "time",
     "admission_fairness_guess": 60_000,
     "log_level": "info",
     "log_format": "json",
@@ -471,6 +471,6 @@ def test_the_broker_exits_with_one_line_naming_a_list_of_a_wrong_length(env: dic
 def test_the_fairness_cost_settings_reach_the_cost_model() -> None:
     from broker.admission.cost import GUESS, CostMode, CostSettings
 
-    assert CostSettings.from_config(Config()) == CostSettings(CostMode.RUNS, GUESS)  # SPEC S2: time (docs)
+    assert CostSettings.from_config(Config()) == CostSettings(CostMode.TIME, GUESS)  # SPEC S2: `time`
     tokens = Config.from_env({"ADMISSION_FAIRNESS_COST": "tokens", "ADMISSION_FAIRNESS_GUESS": "5000"})
     assert CostSettings.from_config(tokens) == CostSettings(CostMode.TOKENS, 5000)

@@ -1,51 +1,21 @@
-"""test_fairness.py's properties again with `ADMISSION_FAIRNESS_COST=time` (SPEC S4.2 "What a turn costs": the late
-key, two replicas' late key, keys arriving one after another, the order within a key, strict priority, stops), and
-late keys that only `time` meets: newcomers are paced by what newcomers' runs cost, and neither a newcomer's long
-run nor that pacing keeps a key that arrives later behind a backlog; both backends, real HTTP, the simulator."""
+"""Late keys under `ADMISSION_FAIRNESS_COST=time` (SPEC S4.2 "What a turn costs"): newcomers are paced by what
+newcomers' runs cost, and neither a newcomer's long run nor that pacing keeps a key that arrives later behind a
+backlog; both backends, real HTTP, the simulator."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
-import pytest
 from aiohttp.test_utils import TestClient
-from attrs import evolve
 
-from broker.config import Config
 from broker.simulator.state import Simulator
 from tests.conftest import BOTH_BACKENDS
 from tests.integration.conftest import ClientFactory
 from tests.integration.driver.conftest import create, eventually, settled
 from tests.integration.driver.test_admission import create_keys
-from tests.integration.driver.test_fairness import (
-    test_a_late_key_starts_within_about_one_round_not_after_the_backlog,
-    test_a_line_written_by_the_previous_broker_is_driven_to_the_end_first,
-    test_a_stop_of_a_waiting_job_of_any_key_is_immediate,
-    test_keys_arriving_one_after_another_each_start_within_about_one_round,
-    test_one_job_keys_that_share_a_turn_go_in_arrival_order,
-    test_strict_priority_then_fair_turns_each_key_in_arrival_order,
-    test_two_replicas_keep_one_fair_order,
-)
 
 pytestmark = BOTH_BACKENDS
-
-__all__ = [
-    "test_a_late_key_starts_within_about_one_round_not_after_the_backlog",
-    "test_a_line_written_by_the_previous_broker_is_driven_to_the_end_first",
-    "test_a_stop_of_a_waiting_job_of_any_key_is_immediate",
-    "test_keys_arriving_one_after_another_each_start_within_about_one_round",
-    "test_one_job_keys_that_share_a_turn_go_in_arrival_order",
-    "test_strict_priority_then_fair_turns_each_key_in_arrival_order",
-    "test_two_replicas_keep_one_fair_order",
-]
-
-
-@pytest.fixture
-def config(redis_target: tuple[str, bool]) -> Config:
-    url, cluster = redis_target
-    return evolve(Config(redis_url=url, redis_cluster=cluster, runs_event_block_ms=500), admission_fairness_cost="time")
-
 
 Client = TestClient[Any, Any]
 GUESS = 200  #: ADMISSION_FAIRNESS_GUESS (ms)
