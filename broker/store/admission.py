@@ -205,7 +205,8 @@ class AdmissionStore:
             (job_id, view.scheduling.fairness_key) for job_id, *_, view in taken if view and view.status.terminal
         ]
         await self.quota.forget(finished)  # stopped while woken: claimed, and done
-        decided = await self.quota.take(candidates, now_ms, self.pacing.slot_ttl_ms)
+        new = [job_id for job_id, _, _ in candidates if self._line.charged(job_id)]
+        decided = await self.quota.take(candidates, now_ms, self.pacing.slot_ttl_ms, new=new)
         for name, jobs in routed.items():
             routed[name] = [(job_id, place) for job_id, place in jobs if job_id not in decided.held]
         for job_id in decided.held:
@@ -264,7 +265,7 @@ class AdmissionStore:
         """The job goes back to its place (`place` when its slot no longer knows it); the upstream learns."""
         p, at = self.pacing, self.upstream(upstream)
         self._slots.forget(job_id)
-        await self._quota_returned(job_id, place)
+        await self._quota_returned(job_id, place, refused=True)
         reply = await self._scripts.admission_refused(
             keys=at.keys.scripts,
             args=[
@@ -306,13 +307,13 @@ class AdmissionStore:
         if self.quota is not None and self.quota.enforced:
             await self.quota.release(job_id)
 
-    async def _quota_returned(self, job_id: str, place: str) -> None:
+    async def _quota_returned(self, job_id: str, place: str, *, refused: bool) -> None:
         if self.quota is not None and self.quota.enforced:
-            await self.quota.returned(job_id, place)
+            await self.quota.returned(job_id, place, refused=refused)
 
     async def requeue(self, job_id: str, place: str, *, upstream: str | None = None) -> None:
         self._slots.forget(job_id)
-        await self._quota_returned(job_id, place)
+        await self._quota_returned(job_id, place, refused=False)
         back = await self._scripts.admission_requeue(keys=self.upstream(upstream).keys.scripts, args=[job_id, place])
         await self.enter(job_id, back.decode() if isinstance(back, bytes) else str(back))
 

@@ -68,6 +68,11 @@ class CostLineClaims(LineClaims):
         lines are read again only by the next pass: without them V would move to a later key's front)."""
         return fair.smallest([*self._known.scores(), *self._placed.values()], priority)
 
+    def charged(self, job_id: str) -> bool:
+        """Was the job charged its key's turn by the latest claim (its key's next job, whose place a settle's
+        correction may have put before its key's earlier jobs)? A job granted again in its attempt is not."""
+        return job_id in self.begins
+
     def started(self, job_id: str, place: str) -> str:
         """The score of the tag its key step charged it from (a parked job's place is its projection at create, by
         the estimates then); a job no step charged (a resubmit, a second charge) keeps its place."""

@@ -134,8 +134,8 @@ hbr:{quota}:held-keys        zset    keys with held jobs -> when to look at them
 hbr:{quota}:holds            hash    K -> why it holds jobs: `quota`, `order` (behind    none; as `held`
                                      its earlier ones) or `budget:<retry_at ms>`
 hbr:{quota}:held-count       string  the held jobs of every key                         none; as `held`
-hbr:{quota}:returned         set     woken jobs that were live runs whose grant went    none; refusal,
-                                     back (their wait for Hermes goes on)               hand-back, pass
+hbr:{quota}:returned         hash    woken jobs that were live runs whose grant went    none; refusal,
+                                     back -> `r` refused, `h` handed back               hand-back, pass
 
 Several Hermes deployments (SPEC S10): each upstream has its own admission (limit, live slots, refusal) in a
 slot of its own. The FIRST upstream of HERMES_URL keeps `{adm}`, so a one-URL broker and a store of the broker

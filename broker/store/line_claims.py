@@ -86,6 +86,11 @@ class LineClaims:
         """The smallest tag of `priority` known to wait here."""
         return fair.smallest(self._known.scores(), priority)
 
+    def charged(self, job_id: str) -> bool:
+        """Was the job charged its key's turn by the latest claim (its key's next job)? Never here: a key's places are
+        fixed at its creates, in its order."""
+        return False
+
     def started(self, job_id: str, place: str) -> str:
         """Where a job the latest claim took starts in its priority's virtual time (what V moves past, and where a
         slot given back puts it): its place."""

@@ -19,7 +19,7 @@ the keys of the live runs it holds, so that releases and renewals need no read.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import cast
 
 from attrs import frozen
@@ -75,10 +75,13 @@ class QuotaStore:
         quota = self.quotas.of(key)
         return bool(quota.live or quota.tokens)
 
-    async def take(self, jobs: Sequence[tuple[str, str, str]], now_ms: int, ttl_ms: int) -> Taken:
+    async def take(
+        self, jobs: Sequence[tuple[str, str, str]], now_ms: int, ttl_ms: int, *, new: Collection[str] = ()
+    ) -> Taken:
         """Count the (job, key, place) a pass grants as live runs of their keys, in order; the jobs held instead, and
-        those taken that had been held (their wait for Hermes begins now). Two round trips: the budgeted keys' use,
-        and the script."""
+        those taken that had been held (their wait for Hermes begins now). `new`: the jobs that are their keys' next,
+        just charged their turns (a corrected turn may place one before its key's held jobs: quota_take.lua). Two
+        round trips: the budgeted keys' use, and the script."""
         jobs = [job for job in jobs if self.applies(job[1])]
         if not jobs:
             return Taken()
@@ -92,7 +95,7 @@ class QuotaStore:
                 index[key] = len(index) + 1
                 script_keys.extend((keys.quota_live(key), keys.quota_held(key), keys.quota_woken(key)))
             retry = budgets.get(key, (0, 0))[1]
-            args.extend((index[key], key, job_id, self.quotas.of(key).live or 0, place, retry))
+            args.extend((index[key], key, job_id, self.quotas.of(key).live or 0, place, retry, int(job_id in new)))
         reply = cast(list[int], await self._take(keys=script_keys, args=args))
         held: set[str] = set()
         waited: set[str] = set()
@@ -180,9 +183,11 @@ class QuotaStore:
         self._live.pop(job_id, None)
         self._looked_at = -RECHECK_MS  # this replica's next pass looks at once
 
-    async def returned(self, job_id: str, place: str) -> None:
-        """The job's grant went back to the line at `place` before it ran (a refusal, a hand-back): no longer live,
-        it waits woken ahead of its key's later jobs, which a corrected turn (SPEC S4.2) may have placed before it."""
+    async def returned(self, job_id: str, place: str, *, refused: bool) -> None:
+        """The job's grant went back to the line at `place` before it ran (Hermes `refused` it, or it was handed
+        back): no longer live, it waits woken ahead of its key's later jobs, which a corrected turn (SPEC S4.2) may
+        have placed before them. Taken again, a refused job's wait for Hermes goes on (RUNS_HOLD counts Hermes's
+        refusals); a handed-back one's begins again, as for a job its quota held."""
         key = self._live.pop(job_id, None)
         if key is None:
             return
@@ -195,7 +200,7 @@ class QuotaStore:
                 keys.quota_woken(key),
                 keys.QUOTA_RETURNED,
             ],
-            args=[key, job_id, place],
+            args=[key, job_id, place, "r" if refused else "h"],
         )
         self._looked_at = -RECHECK_MS  # this replica's next pass looks at once
 

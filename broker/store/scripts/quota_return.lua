@@ -3,9 +3,10 @@
 -- priority band (it was taken ahead of them), so the key's later jobs, however a corrected turn placed them, wait
 -- behind it and its key's room goes to it first. The key is due to be looked at now.
 -- KEYS[1] held-keys zset   KEYS[2] holds hash   KEYS[3] the key's live zset   KEYS[4] its held zset
--- KEYS[5] its woken zset   KEYS[6] the returned set (woken jobs whose wait for Hermes goes on: a pass that takes
---   one does not start its RUNS_HOLD again; a pass or a forget takes it out)   (one slot: {quota})
--- ARGV[1] fairness key   ARGV[2] job   ARGV[3] its place in the line
+-- KEYS[5] its woken zset   KEYS[6] the returned hash (job -> `r`: refused, its wait for Hermes goes on when a pass
+--   takes it; `h`: handed back before Hermes answered, its wait begins again; a pass or a forget takes it out)
+--   (one slot: {quota})
+-- ARGV[1] fairness key   ARGV[2] job   ARGV[3] its place in the line   ARGV[4] `r` or `h`
 -- Returns the place it waits woken at.
 local BASE, BAND = 2 ^ 51, 2 ^ 50
 redis.call('ZREM', KEYS[3], ARGV[2])
@@ -23,7 +24,7 @@ end
 place = string.format('%d', place)
 if redis.call('ZSCORE', KEYS[4], ARGV[2]) == false then
   redis.call('ZADD', KEYS[5], place, ARGV[2])
-  redis.call('SADD', KEYS[6], ARGV[2])
+  redis.call('HSET', KEYS[6], ARGV[2], ARGV[4])
 end
 if redis.call('HGET', KEYS[2], ARGV[1]) == false then
   redis.call('HSET', KEYS[2], ARGV[1], 'order')

@@ -1,20 +1,21 @@
 -- Take the live runs a pass grants against their keys' `live` quotas (SPEC S4.4), or hold the jobs out of the line.
 -- A job is held when its key is over its token budget, at its `live` quota, or behind its key's jobs held or woken
--- (sent back to the line, not yet taken): a job held or woken before is behind those whose places come before its
--- own; a new one is behind any of its priority band or a more urgent one (places carry the band, so a more urgent
--- job is never held behind less urgent ones). A key's jobs keep their order: a job's place is the one it had when
--- first held (a woken job taken or held again keeps it), and a new job held gets one past its band's held and woken
--- jobs when its own is smaller (a corrected turn, SPEC S4.2 "What a turn costs", may place a key's later job before
--- its earlier ones). A held job waits in its key's held zset; the key is looked at again at `recheck` (its quota),
+-- (sent back to the line, not yet taken) whose places come before its own (places carry the priority band, so a
+-- more urgent job is never held behind less urgent ones). A key's jobs keep their order: a job's place is the one it
+-- had when first held (a woken job taken or held again keeps it). A `new` job (its key's next, just charged its turn
+-- under ADMISSION_FAIRNESS_COST time or tokens, SPEC S4.2 "What a turn costs") arrived after every held or woken job
+-- of its key: a corrected turn may have placed it before them, so it is behind any of its band or a more urgent one,
+-- and held at one past its band's last (never past the band's end) when its own place is smaller. A held job waits in its key's held zset; the key is looked at again at `recheck` (its quota),
 -- when its budget allows (`budget`), or at once (held only behind earlier jobs). A job counted live already (taken
 -- again) is counted once. A live entry lapses at `expiry` unless renewed.
 -- KEYS[1] held-keys zset   KEYS[2] holds hash (key -> why)   KEYS[3] held count (every key's held jobs)
--- KEYS[4] the returned set (woken jobs that were live runs whose grant went back: their wait for Hermes goes on)
+-- KEYS[4] the returned hash (woken jobs that were live runs whose grant went back -> `r` refused: their wait for
+--   Hermes goes on; `h` handed back: it begins again when taken)
 -- KEYS[3i+2], KEYS[3i+3], KEYS[3i+4] key i's live, held and woken zsets   (one slot: {quota})
 -- ARGV[1] now (epoch ms)   ARGV[2] expiry of a live entry (epoch ms)   ARGV[3] recheck (epoch ms)
 -- ARGV[4] ms a key's live zset outlives its last entry
--- ARGV[5..] per job, six values: key index i (1-based), fairness key, job, live quota (0: none), place,
---   budget (0: within it; else the epoch ms it allows runs again)
+-- ARGV[5..] per job, seven values: key index i (1-based), fairness key, job, live quota (0: none), place,
+--   budget (0: within it; else the epoch ms it allows runs again), new (1: its key's next, charged its turn now)
 -- Returns per job 1 (taken: counted live), 2 (taken after it was held: its wait for Hermes begins now) or 0 (held),
 -- in the order given.
 local BASE, BAND = 2 ^ 51, 2 ^ 50
@@ -29,14 +30,16 @@ local function band_end(place)
   return '(' .. string.format('%d', BASE + (math.floor((score - BASE) / BAND) + 1) * BAND)
 end
 
--- A new job's held place: its own, or one past the last held or woken job of its band when that is later (a
--- corrected turn may place a key's later job before its earlier ones: the key's order is kept by the held places).
+-- A new job's held place: its own, or one past the last held or woken job of its band when that is later, at most
+-- the band's last score (tags saturate there; jobs of one score go back in the order they were held, by the
+-- members' order, as ever).
 local function after_band_last(held, woken, place)
   local score = tonumber(place)
   if score < BASE then
     return place
   end
-  local low = string.format('%d', BASE + math.floor((score - BASE) / BAND) * BAND)
+  local band = math.floor((score - BASE) / BAND)
+  local low = string.format('%d', BASE + band * BAND)
   local last = score
   for _, zset in ipairs({held, woken}) do
     local top = redis.call('ZREVRANGEBYSCORE', zset, band_end(place), low, 'WITHSCORES', 'LIMIT', 0, 1)
@@ -44,13 +47,13 @@ local function after_band_last(held, woken, place)
       last = tonumber(top[2]) + 1
     end
   end
-  return string.format('%d', last)
+  return string.format('%d', math.min(last, BASE + (band + 1) * BAND - 1))
 end
 
 local now = tonumber(ARGV[1])
 local cleaned = {}
 local taken = {}
-for a = 5, #ARGV, 6 do
+for a = 5, #ARGV, 7 do
   local i = tonumber(ARGV[a])
   local key, job, limit, budget = ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3]), tonumber(ARGV[a + 5])
   local live, held, woken = KEYS[3 * i + 2], KEYS[3 * i + 3], KEYS[3 * i + 4]
@@ -59,11 +62,14 @@ for a = 5, #ARGV, 6 do
     cleaned[i] = true
   end
   local first = redis.call('ZSCORE', woken, job) or redis.call('ZSCORE', held, job)
-  local returned = redis.call('SREM', KEYS[4], job) == 1
+  local returned = redis.call('HGET', KEYS[4], job)
+  if returned then
+    redis.call('HDEL', KEYS[4], job)
+  end
   local place = first or ARGV[a + 4]
+  local new = not first and ARGV[a + 6] == '1'
   local counted = redis.call('ZSCORE', live, job)
-  -- a job held or woken before keeps its place among its key's; a new one comes after them in its band
-  local before = first and ('(' .. place) or band_end(place)
+  local before = new and band_end(place) or ('(' .. place)
   local behind = redis.call('ZCOUNT', held, '-inf', before) > 0 or redis.call('ZCOUNT', woken, '-inf', before) > 0
   local full = limit > 0 and not counted and redis.call('ZCARD', live) >= limit
   if budget > 0 or full or behind then
@@ -71,7 +77,7 @@ for a = 5, #ARGV, 6 do
     if counted then
       redis.call('ZREM', live, job)
     end
-    if not first then
+    if new then
       place = after_band_last(held, woken, place)
     end
     if redis.call('ZADD', held, place, job) == 1 then
@@ -97,7 +103,7 @@ for a = 5, #ARGV, 6 do
     if from_held == 1 then
       redis.call('DECR', KEYS[3])
     end
-    taken[#taken + 1] = (first and not returned) and 2 or 1
+    taken[#taken + 1] = (first and returned ~= 'r') and 2 or 1
     redis.call('ZREM', woken, job)
   end
 end

@@ -208,7 +208,7 @@ async def test_a_job_sent_back_to_the_line_by_a_refusal_or_a_drain_keeps_its_tur
     assert (await store.take([("job_1", "a", str(BAND + UNIT))], now, 15_000)).held == set()
     assert (await store.take([("job_2", "a", str(BAND + 2 * UNIT))], now + 100, 15_000)).held == {"job_2"}
     # When the first's grant goes back (a busy refusal, a requeue, a drain): no longer live, the key looked at
-    await store.returned("job_1", str(BAND + UNIT))
+    await store.returned("job_1", str(BAND + UNIT), refused=True)
     back = await store.wake(now + 1_000)
     assert [job_id for job_id, _, _ in back] == ["job_1"]  # the key's room is the first's: its second stays held
     # And a pass claims the second at a place before the first's (a turn corrected since), then the first
@@ -294,7 +294,7 @@ async def test_a_keys_later_job_placed_before_its_held_one_by_a_corrected_turn_w
     assert (await store.take([("job_1", "a", str(BAND + UNIT))], now, 15_000)).held == set()
     assert (await store.take([("job_2", "a", str(BAND + 600 * UNIT))], now + 10, 15_000)).held == {"job_2"}
     # When a's third job becomes its front at a corrected, smaller tag and a pass claims it
-    third = await store.take([("job_3", "a", str(BAND + 20 * UNIT))], now + 20, 15_000)
+    third = await store.take([("job_3", "a", str(BAND + 20 * UNIT))], now + 20, 15_000, new=["job_3"])
     # Then it is held behind a's second (arrived first)
     assert third.held == {"job_3"}, "a's third job was taken ahead of its held second"
     # And when the first run ends, the second goes back to the line first, and is taken before the third

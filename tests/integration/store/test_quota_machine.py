@@ -43,7 +43,7 @@ class Quotas2(RuleBasedStateMachine):
         self.waiting = [job for job, _, _ in JOBS]  #: never granted, in arrival order: each key's first is its front
         self.back: set[str] = set()  #: sent back to the line (woken, or a live run's grant given back)
         self.live: dict[str, int] = {}  #: job -> the replica that counted it
-        self.was_held: set[str] = set()  #: held since its last grant
+        self.was_held: set[str] = set()  #: held since its last grant, or handed back (its wait begins again)
         self.done: set[str] = set()
         self.started: list[str] = []
         self.run(self.redis.flushdb())
@@ -74,11 +74,11 @@ class Quotas2(RuleBasedStateMachine):
     @rule(replica=st.integers(0, 1), most=st.integers(1, 4))
     def a_pass_grants_the_heads(self, replica: int, most: int) -> None:
         heads = sorted(self.line(), key=lambda job: (self.place[job], self.arrival[job]))[:most]
+        new = [job for job in heads if job in self.waiting]  #: their keys' next, charged their turns now
         self.back -= set(heads)
         self.waiting = [job for job in self.waiting if job not in heads]
-        decided = self.run(
-            self.stores[replica].take([(job, self.key[job], str(self.place[job])) for job in heads], self.now, TTL_MS)
-        )
+        taking = [(job, self.key[job], str(self.place[job])) for job in heads]
+        decided = self.run(self.stores[replica].take(taking, self.now, TTL_MS, new=new))
         for job in heads:
             if job in decided.held:
                 self.was_held.add(job)
@@ -95,11 +95,13 @@ class Quotas2(RuleBasedStateMachine):
         self.place[front] = BAND + tag
 
     @precondition(lambda self: self.live)
-    @rule(data=st.data())
-    def a_grant_goes_back_to_the_line(self, data: st.DataObject) -> None:
+    @rule(data=st.data(), refused=st.booleans())
+    def a_grant_goes_back_to_the_line(self, data: st.DataObject, refused: bool) -> None:
         job = data.draw(st.sampled_from(sorted(self.live)))
-        self.run(self.stores[self.live.pop(job)].returned(job, str(self.place[job])))
+        self.run(self.stores[self.live.pop(job)].returned(job, str(self.place[job]), refused=refused))
         self.back.add(job)
+        if not refused and LIMITS[self.key[job]]:  # a key without a quota is not counted: nothing to mark
+            self.was_held.add(job)
 
     @precondition(lambda self: self.live)
     @rule(data=st.data())

@@ -401,7 +401,7 @@ async def _quotas(redis: Redis) -> object:
     assert held.held == {"job_2"}
     await store.renew(["job_1", "job_3"], 1_100, 500)
     await store.release("job_1")
-    await store.returned("job_3", "12")
+    await store.returned("job_3", "12", refused=True)
     await store.hold("job_4", "b", 1_200, 500)
     assert sorted(await store.wake(1_300)) == [("job_2", "team{a}", "11"), ("job_3", "b", "12")]
     await store.forget([("job_2", "team{a}")])
