@@ -41,8 +41,16 @@ FRESH_REFRESH_MS = 1_000
 class CostEntry:
     """Creates and ends of first attempts in cost-aware fair shares."""
 
-    def __init__(self, redis: Redis, settings: CostSettings, retention_ms: int, scripts: Scripts | None = None) -> None:
-        self.store = CostStore(redis, settings, retention_ms, scripts)
+    def __init__(
+        self,
+        redis: Redis,
+        settings: CostSettings,
+        retention_ms: int,
+        scripts: Scripts | None = None,
+        batch: ScriptBatch | None = None,
+    ) -> None:
+        """`batch`: the job writes' pipeline of a single Redis (settles and placings join it)."""
+        self.store = CostStore(redis, settings, retention_ms, scripts, batch)
         #: the newcomers' recent runs (SPEC S4.2: keys without a turn are paced as one key, by what their runs cost),
         #: as this replica's settles of them left it, or read every FRESH_REFRESH_MS
         self.fresh = History()

@@ -116,11 +116,21 @@ class Settled:
 class CostStore:
     """Cost-aware turns of the fairness keys (SPEC S4.2), for one `ADMISSION_FAIRNESS_COST` setting."""
 
-    def __init__(self, redis: Redis, settings: CostSettings, retention_ms: int, scripts: Scripts | None = None) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        settings: CostSettings,
+        retention_ms: int,
+        scripts: Scripts | None = None,
+        batch: ScriptBatch | None = None,
+    ) -> None:
+        """`batch`: the job writes' pipeline of a single Redis, which a runner's settle and its front's placing join
+        (the passes' scripts go in pipelines of their own)."""
         self._redis = redis
         self.settings = settings
         self._retention_ms = retention_ms  #: RUNS_RETENTION: a key's History and settled charges age out with it
         self._scripts = scripts or Scripts(redis)
+        self._batch = batch
 
     def _args(self, key: str, priority: int, weight: float, virtual: int) -> list[str | int]:
         s = self.settings
@@ -184,10 +194,12 @@ class CostStore:
         """A run settled having cost `measured` (cost.measured; None: nothing measured): F corrected, the History
         learnt, once per attempt (fair_settle.lua)."""
         cost = "" if measured is None else repr(float(measured))
-        reply = await self._scripts.fair_settle(
-            keys=keys.cost_keys(key, priority).all,
-            args=[*self._args(key, priority, weight, virtual), job, attempt, cost, now_ms],
-        )
+        script_keys = keys.cost_keys(key, priority).all
+        args = [*self._args(key, priority, weight, virtual), job, attempt, cost, now_ms]
+        if self._batch is not None:
+            reply = await self._batch.run(self._scripts.fair_settle, script_keys, args)
+        else:
+            reply = await self._scripts.fair_settle(keys=script_keys, args=args)
         items = _strings(reply)
         applied, delta, at_v, paced, units = items[:5]
         front = front_of(key, priority, items[5:])
@@ -232,6 +244,8 @@ class CostStore:
             script_keys = [keys.line(p), keys.parked(p), keys.fronts(p), keys.view(job)]
             moved = signals.joined_message(job) if move else ""
             calls.append((script_keys, [job, front.score, front.entry, keys.SIGNALS, front.message, moved]))
+        if self._batch is not None and len(calls) == 1:
+            return [int(cast(int, await self._batch.run(self._scripts.fair_promote, *calls[0])))]
         return [int(cast(int, reply)) for reply in await run_many(self._redis, self._scripts.fair_promote, calls)]
 
     async def heads(self, partitions: Sequence[int], depth: int, *, arrived: bool = False) -> dict[int, Heads]:

@@ -97,7 +97,11 @@ class JobStore:
         self._retention_ms = retention_ms
         self._hold_ms = hold_ms  # a job still waiting in the line by then is woken to expire (RUNS_HOLD)
         #: cost-aware fair shares (SPEC S4.2 "What a turn costs"): a key's jobs queue behind its front
-        self._cost = None if cost is None or cost.mode is CostMode.RUNS else CostEntry(redis, cost, retention_ms)
+        self._cost = (
+            None
+            if cost is None or cost.mode is CostMode.RUNS
+            else CostEntry(redis, cost, retention_ms, batch=self._batch)
+        )
 
     async def create(
         self,

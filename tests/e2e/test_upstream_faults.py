@@ -186,6 +186,8 @@ def test_an_upstream_that_refused_briefly_is_tried_again_while_the_other_has_roo
     early = [create(broker, f"early {n}") for n in range(4)]
     until(lambda: all(job(broker, j)["status"] == "completed" for j in early), 30)
     time.sleep(1.2)  # the refusal is over (nothing to poll for: the refusal's end is a clock)
+    # And the broker's health probe found the first answering again (a probe interval after the refusal's end)
+    until(lambda: upstream_entry(broker, a)["unreachable_since"] is None, 15, "the first upstream found answering")
     # When more jobs arrive while the second upstream still has room
     later = [create(broker, f"later {n}") for n in range(8)]
     until(lambda: all(job(broker, j)["status"] == "completed" for j in later), 30)

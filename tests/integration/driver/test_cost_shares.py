@@ -22,7 +22,7 @@ from projections.usage import Used
 from tests.conftest import BOTH_BACKENDS
 from tests.integration.conftest import ClientFactory
 from tests.integration.driver.conftest import create, eventually, settled
-from tests.integration.driver.test_admission import create_keys
+from tests.integration.driver.test_admission import create_keys, displacement
 
 pytestmark = BOTH_BACKENDS
 
@@ -86,11 +86,11 @@ async def test_two_backlogged_keys_of_long_and_short_runs_share_the_hermes_time(
     shares = time_shares(sim, made, 3.5)
     # Then under `time` each key took about half of the Hermes time; under `runs` (counting jobs) the long key 0.9
     assert long_share[0] <= shares["long"] <= long_share[1], shares
-    # and each key's jobs started in its arrival order
+    # and each key's jobs started in its arrival order (two granted in one pass reach Hermes in either order)
     order = create_keys(sim, 202)
     for jobs in made.values():
         mine = [job_id for job_id in order if job_id in jobs]
-        assert mine == jobs[: len(mine)]
+        assert sorted(mine, key=jobs.index) == jobs[: len(mine)] and displacement(mine, jobs) <= 1, mine
 
 
 async def test_weights_three_to_one_share_the_hermes_time_three_to_one(
