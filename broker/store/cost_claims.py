@@ -14,6 +14,7 @@ Resubmits and jobs an older broker placed are single heads ahead of the bands, g
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from typing import cast
 
@@ -34,6 +35,8 @@ from broker.store.scripts import Scripts, run_many
 GONE_ROUNDS = 3
 
 Planned = tuple[str, int]  #: a job a round plans to claim, and its partition
+Parked = tuple[tuple[str, float], ...]  #: a partition's first parked jobs, (job, score), as read
+Ordered = list[tuple[cost.Rank, float, str, int]]  #: parked heads as (rank, arrival, job, partition), in merge order
 
 
 class CostLineClaims(LineClaims):
@@ -52,7 +55,9 @@ class CostLineClaims(LineClaims):
         super().__init__(redis, scripts, replica, ttl_ms)
         self.costs = CostStore(redis, settings, retention_ms, scripts)
         self._virtual = virtual  #: V per priority as the pass learnt it (the key steps' V)
-        self._parked_heads: dict[int, tuple[tuple[str, float], ...]] = {}  #: partition -> its first parked jobs
+        self._parked_heads: dict[int, Parked] = {}  #: partition -> its first parked jobs
+        #: partition -> (its parked heads, them in merge order), as last sorted
+        self._parked_sorted: dict[int, tuple[Parked, Ordered]] = {}
         self._entries: dict[str, Entry] = {}  #: front -> its fronts entry, as last read
         self._arrived: dict[str, float] = {}  #: job read -> its created ms (heads of one rank go oldest first)
         #: job claimed -> the score its key step charged it from: V moves past these (a parked job's place is only
@@ -149,27 +154,34 @@ class CostLineClaims(LineClaims):
         return await self.place(astray, weights) > 0
 
     def _plan(self, most: int, skipped: set[str], *, fallback: bool) -> list[Planned]:
-        """The jobs a round claims, in line order (cost.plan over the known heads)."""
+        """The jobs a round claims, in line order (cost.plan over the known heads: the fronts, and as many of the
+        parked jobs, in their merged order, as a plan of `most` can reach; a backlog's parked jobs are many)."""
         heads: list[cost.Head] = []
         where: dict[str, int] = {}
         for partition, line in self._known.lines():
             for job_id, score in line:
+                if job_id in skipped:
+                    continue
                 entry = self._entries.get(job_id)
                 advance, more = (entry.advance, min(entry.more, len(entry.next))) if entry else (0, 0)
                 arrival = self._arrived.get(job_id, 0.0)
                 heads.append(cost.Head(cost.rank(score, parked=False), job_id, arrival, advance, more))
                 where[job_id] = partition
-        for partition, parked in self._parked_heads.items():
-            for job_id, score in parked:
-                heads.append(cost.Head(cost.rank(score, parked=True), job_id, self._arrived.get(job_id, 0.0)))
+        # a parked job may be read both as a parked head and as the next of its key's front: planned once
+        nexts = {job for entry in self._entries.values() for job in entry.next}
+        parked: list[cost.Head] = []
+        reach = most + len(nexts)
+        for rank, arrival, job_id, partition in heapq.merge(*(self._parked_order(p) for p in self._parked_heads)):
+            if len(parked) >= reach:
+                break
+            if job_id not in skipped:
+                parked.append(cost.Head(rank, job_id, arrival))
                 where[job_id] = partition
-        heads = [head for head in heads if head.job not in skipped]
+        heads.extend(parked)
         heads.sort(key=lambda head: (head.rank, head.arrival))
         planned: list[Planned] = []
         chosen: set[str] = set()
-        # a parked job may be read both as a parked head and as the next of its key's front: planned once
-        nexts = {job for entry in self._entries.values() for job in entry.next}
-        twice = sum(1 for head in heads if head.rank[1] == 1 and head.job in nexts)
+        twice = sum(1 for head in parked if head.job in nexts)
         for head, n in cost.plan(cost.considered(heads, fallback=fallback), most + len(skipped) + twice):
             job_id = head.job if n == 0 else self._entries[head.job].next[n - 1]
             if job_id not in skipped and job_id not in chosen and len(planned) < most:
@@ -202,6 +214,20 @@ class CostLineClaims(LineClaims):
         for (script_keys, _), (_, _, partition) in zip(calls, heads, strict=True):
             script_keys.extend((keys.parked(partition), keys.fronts(partition)))
         return calls
+
+    def _parked_order(self, partition: int) -> Ordered:
+        """The partition's parked heads as (rank, arrival, job, partition), in merge order: sorted once per read or
+        claim of the partition, not per round."""
+        parked = self._parked_heads[partition]
+        cached = self._parked_sorted.get(partition)
+        if cached is not None and cached[0] is parked:
+            return cached[1]
+        order = sorted(
+            (cost.rank(score, parked=True), self._arrived.get(job_id, 0.0), job_id, partition)
+            for job_id, score in parked
+        )
+        self._parked_sorted[partition] = (parked, order)
+        return order
 
     def _forget_parked(self, job_id: str, partition: int) -> None:
         parked = self._parked_heads.get(partition)
