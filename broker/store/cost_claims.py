@@ -59,7 +59,8 @@ class CostLineClaims(LineClaims):
         #: partition -> (its parked heads, them in merge order), as last sorted
         self._parked_sorted: dict[int, tuple[Parked, Ordered]] = {}
         self._entries: dict[str, Entry] = {}  #: front -> its fronts entry, as last read
-        self._arrived: dict[str, float] = {}  #: job read -> its created ms (heads of one rank go oldest first)
+        #: partition -> job read -> its created ms (heads of one rank go oldest first)
+        self._arrived: dict[int, dict[str, float]] = {}
         #: job claimed -> the score its key step charged it from: V moves past these (a parked job's place is only
         #: its projection at create, by the estimate then)
         self.begins: dict[str, int] = {}
@@ -113,12 +114,11 @@ class CostLineClaims(LineClaims):
         found = await self.costs.heads(read, depth, arrived=True)
         fresh = set(read)
         self._entries = {job: e for job, e in self._entries.items() if keys.partition_of(job) not in fresh}
-        self._arrived = {job: at for job, at in self._arrived.items() if keys.partition_of(job) not in fresh}
         for partition, heads in found.items():
             self._known.read(partition, list(heads.line), depth)
             self._parked_heads[partition] = heads.parked
             self._entries.update(heads.fronts)
-            self._arrived.update(heads.arrived)
+            self._arrived[partition] = dict(heads.arrived)
         if full and now_ms - self._drift_checked_at >= DRIFT_CHECK_MS:
             self._drift_checked_at = now_ms
             await self._check_drift([p for p, heads in found.items() if not heads.line and not heads.parked])
@@ -164,7 +164,7 @@ class CostLineClaims(LineClaims):
                     continue
                 entry = self._entries.get(job_id)
                 advance, more = (entry.advance, min(entry.more, len(entry.next))) if entry else (0, 0)
-                arrival = self._arrived.get(job_id, 0.0)
+                arrival = self._arrived.get(partition, {}).get(job_id, 0.0)
                 heads.append(cost.Head(cost.rank(score, parked=False), job_id, arrival, advance, more))
                 where[job_id] = partition
         # a parked job may be read both as a parked head and as the next of its key's front: planned once
@@ -222,8 +222,9 @@ class CostLineClaims(LineClaims):
         cached = self._parked_sorted.get(partition)
         if cached is not None and cached[0] is parked:
             return cached[1]
+        arrived = self._arrived.get(partition, {})
         order = sorted(
-            (cost.rank(score, parked=True), self._arrived.get(job_id, 0.0), job_id, partition)
+            (cost.rank(score, parked=True), arrived.get(job_id, 0.0), job_id, partition)
             for job_id, score in parked
         )
         self._parked_sorted[partition] = (parked, order)
@@ -234,7 +235,7 @@ class CostLineClaims(LineClaims):
         if parked:
             self._parked_heads[partition] = tuple(entry for entry in parked if entry[0] != job_id)
         self._entries.pop(job_id, None)
-        self._arrived.pop(job_id, None)
+        self._arrived.get(partition, {}).pop(job_id, None)
 
     async def _step(self, taken: Sequence[Claimed]) -> None:
         """The key steps of the claimed first attempts, in claim order per key, and their keys' next fronts placed."""
