@@ -224,8 +224,7 @@ class CostLineClaims(LineClaims):
             return cached[1]
         arrived = self._arrived.get(partition, {})
         order = sorted(
-            (cost.rank(score, parked=True), arrived.get(job_id, 0.0), job_id, partition)
-            for job_id, score in parked
+            (cost.rank(score, parked=True), arrived.get(job_id, 0.0), job_id, partition) for job_id, score in parked
         )
         self._parked_sorted[partition] = (parked, order)
         return order
