@@ -5,9 +5,10 @@
 -- had when first held (a woken job taken or held again keeps it). A `new` job (its key's next, just charged its turn
 -- under ADMISSION_FAIRNESS_COST time or tokens, SPEC S4.2 "What a turn costs") arrived after every held or woken job
 -- of its key: a corrected turn may have placed it before them, so it is behind any of its band or a more urgent one,
--- and held at one past its band's last (never past the band's end) when its own place is smaller. A held job waits in its key's held zset; the key is looked at again at `recheck` (its quota),
--- when its budget allows (`budget`), or at once (held only behind earlier jobs). A job counted live already (taken
--- again) is counted once. A live entry lapses at `expiry` unless renewed.
+-- and held at one past its band's last (never past the band's end) when its own place is smaller. A held job waits
+-- in its key's held zset; the key is looked at again at `recheck` (its quota), when its budget allows (`budget`), or
+-- at once (held only behind earlier jobs). A job counted live already (taken again) is counted once. A live entry
+-- lapses at `expiry` unless renewed.
 -- KEYS[1] held-keys zset   KEYS[2] holds hash (key -> why)   KEYS[3] held count (every key's held jobs)
 -- KEYS[4] the returned hash (woken jobs that were live runs whose grant went back -> `r` refused: their wait for
 --   Hermes goes on; `h` handed back: it begins again when taken)
@@ -20,8 +21,8 @@
 -- in the order given.
 local BASE, BAND = 2 ^ 51, 2 ^ 50
 
--- The end of the place's priority band, exclusive, as a ZCOUNT bound ('(' and the score before a resubmit's: its
--- own place).
+-- The exclusive end of the place's priority band as a ZCOUNT bound; for a place ahead of the bands (a resubmit's),
+-- the place itself.
 local function band_end(place)
   local score = tonumber(place)
   if score < BASE then
