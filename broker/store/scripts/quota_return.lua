@@ -21,7 +21,7 @@ if place >= BASE then
     end
   end
 end
-place = string.format('%d', place)
+place = tonumber(ARGV[3]) >= BASE and string.format('%d', place) or ARGV[3]  -- a resubmit's place as it is
 if redis.call('ZSCORE', KEYS[4], ARGV[2]) == false then
   redis.call('ZADD', KEYS[5], place, ARGV[2])
   redis.call('HSET', KEYS[6], ARGV[2], ARGV[4])
