@@ -115,8 +115,13 @@ async def test_a_key_over_its_token_budget_holds_until_the_window_allows_and_oth
     # Then its next jobs hold with reason budget until the hour ends, and another key's job runs meanwhile
     other = await submit(replica, "b 1", key="b")
     assert (await settled(replica, other))["status"] == "completed"
-    holds = [await hold_of(replica, job_id) for job_id in a[2:]]
-    assert [h["reason"] if h else None for h in holds] == ["budget", "budget"]
+
+    async def both_held() -> list[dict[str, Any] | None] | None:
+        """a's later jobs queue behind its next one (charging time): each shows its hold once a pass took it."""
+        found = [await hold_of(replica, job_id) for job_id in a[2:]]
+        return found if [h["reason"] if h else None for h in found] == ["budget", "budget"] else None
+
+    holds = await eventually(both_held)
     assert all(h is not None and h["retry_at"] * 1000 % HOUR_MS == 0 for h in holds)
     assert "1000 tokens per 1h" in holds[0]["detail"]  # type: ignore[index]
     assert [(await job(replica, job_id))["status"] for job_id in a[2:]] == ["queued", "queued"]
