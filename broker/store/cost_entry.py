@@ -1,14 +1,15 @@
 """A job's entry to and exit from its key's queue when `ADMISSION_FAIRNESS_COST` is `time` or `tokens` (SPEC S4.2 "What
 a turn costs"; broker/admission/cost.py): the job store's side of broker/store/cost_store.py.
 
-    create  fair_turn_cost.lua first (the key's partition), then the job write (the job's partition) puts the job in
-            the line as its key's front, with its fronts entry, or among the parked jobs (`fields`)
+    create  on a cluster fair_turn_cost.lua first (the key's partition), then the job write (the job's partition)
+            puts the job in the line as its key's front, with its fronts entry, or among the parked jobs (`fields`);
+            on a single Redis the job write does both (`turn`: the script composed in)
     end     the job write of a job that ends while it waits takes it off the line or the parked jobs; then its key's
             step (`left`) drops it from the key's queue, and a front it was is followed by the key's next one
 
-On a single Redis as on a cluster the key's script runs before the job write: a create that dies between the two
-leaves the job id in its key's queue (design 8: the client's retry places it again; `left` drops it when the write
-was refused or the job exists finished). `runs` keeps today's path (fair_turn.lua, fixed tags at create): the job
+On a cluster the key's script runs before the job write: a create that dies between the two leaves the job id in
+its key's queue (design 8: the client's retry places it again; `left` drops it when the write was refused or the job
+exists finished). `runs` keeps today's path (fair_turn.lua, fixed tags at create): the job
 store then has no CostEntry.
 """
 
@@ -26,7 +27,7 @@ from broker.logging import get_logger
 from broker.store import signals
 from broker.store import usage as usage_store
 from broker.store.batch import ScriptBatch
-from broker.store.cost_store import CostStore, Front, Step
+from broker.store.cost_store import CostStore, Front, Step, entry_tail
 from broker.store.outage import is_outage
 from broker.store.scripts import Scripts
 from projections.job import JobView
@@ -57,16 +58,37 @@ class CostEntry:
         self._fresh_read_at_ms: int | None = None
         self._reading: asyncio.Task[None] | None = None
 
-    async def enter(self, job_id: str, view: JobView, virtual: int, batch: ScriptBatch | None = None) -> Placed:
-        """The job joins its key's queue (fair_turn_cost.lua at the line's V): its key's front, or parked; a front
-        at V moves V past it by the newcomers' recent cost (its key's estimate while no newcomer's run settled).
-        `batch`: the job writes' pipeline of a single Redis, so that concurrent creates keep their order."""
+    async def enter(self, job_id: str, view: JobView, virtual: int) -> Placed:
+        """The job joins its key's queue (fair_turn_cost.lua at the line's V), on a cluster before its job write:
+        its key's front, or parked; a front at V moves V past it by the newcomers' recent cost (its key's estimate
+        while no newcomer's run settled)."""
         s = view.scheduling
-        self._refresh(view.created_at_ms)
-        paced = cost.estimate(self.fresh, self.store.settings, s.fairness_weight) if self.fresh.runs else None
         return await self.store.enter(
-            job_id, s.fairness_key, s.priority, s.fairness_weight, view.created_at_ms, virtual, paced, batch
+            job_id, s.fairness_key, s.priority, s.fairness_weight, view.created_at_ms, virtual, self._paced(view)
         )
+
+    def turn(self, job_id: str, view: JobView, virtual: int, write: dict[str, object]) -> None:
+        """On a single Redis the job joins its key's queue inside its create's job write (append_events.lua's
+        `cost.turn`, fair_turn_cost.lua composed in): what the write carries for it. A replayed or refused create
+        takes no turn."""
+        s = view.scheduling
+        args = self.store.enter_args(
+            job_id, s.fairness_key, s.priority, s.fairness_weight, view.created_at_ms, virtual, self._paced(view)
+        )
+        turn = {
+            "args": [str(arg) for arg in args],
+            "band": str(fair.front(s.priority)),
+            "tail": entry_tail(s.fairness_key),
+            "prefix": signals.NEWCOMER,
+        }
+        write["cost"] = {"turn": turn}
+
+    def _paced(self, view: JobView) -> int | None:
+        """What V moves past a front at V by: the newcomers' recent cost (None: its key's estimate)."""
+        self._refresh(view.created_at_ms)
+        if not self.fresh.runs:
+            return None
+        return cost.estimate(self.fresh, self.store.settings, view.scheduling.fairness_weight)
 
     async def warm(self, now_ms: int) -> None:
         """Read the newcomers' recent cost before the first create (SharedRead's outage rules are the caller's)."""

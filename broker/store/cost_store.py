@@ -50,7 +50,7 @@ class Front:
     @property
     def entry(self) -> str:
         """Its `fronts` entry: `advance|more|next ids|key` (the key last: a fairness key may hold any character)."""
-        return f"{self.placed.advance}|{self.more}|{' '.join(self.next)}|{self.key}"
+        return f"{self.placed.advance}{entry_tail(self.key, self.more, self.next)}"
 
     @property
     def message(self) -> str:
@@ -136,26 +136,20 @@ class CostStore:
         s = self.settings
         return [key, priority, repr(float(weight)), virtual, s.mode.value, s.guess, self._retention_ms]
 
+    def enter_args(
+        self, job: str, key: str, priority: int, weight: float, created_ms: int, virtual: int, paced: int | None
+    ) -> list[str | int]:
+        """fair_turn_cost.lua's ARGV (its KEYS: keys.cost_keys(key, priority))."""
+        return [*self._args(key, priority, weight, virtual), job, created_ms, "" if paced is None else paced]
+
     async def enter(
-        self,
-        job: str,
-        key: str,
-        priority: int,
-        weight: float,
-        created_ms: int,
-        virtual: int,
-        paced: int | None,
-        batch: ScriptBatch | None = None,
+        self, job: str, key: str, priority: int, weight: float, created_ms: int, virtual: int, paced: int | None
     ) -> Placed:
         """A first attempt is created (cost.enter at `virtual`, cost.entering's V): its key's front, or parked.
-        `paced`: what V moves past it by when it starts at V (None: its key's estimate); `batch`: the loop turn's
-        pipeline (a single Redis: creates reach Redis in the order they were made)."""
-        script_keys = keys.cost_keys(key, priority).all
-        args = [*self._args(key, priority, weight, virtual), job, created_ms, "" if paced is None else paced]
-        if batch is not None:
-            reply = await batch.run(self._scripts.fair_turn_cost, script_keys, args)
-        else:
-            reply = await self._scripts.fair_turn_cost(keys=script_keys, args=args)
+        `paced`: what V moves past it by when it starts at V (None: its key's estimate). A single Redis's creates
+        run this script inside their job write instead (CostEntry.turn)."""
+        args = self.enter_args(job, key, priority, weight, created_ms, virtual, paced)
+        reply = await self._scripts.fair_turn_cost(keys=keys.cost_keys(key, priority).all, args=args)
         tag, parked, at_v, advance, placed_paced = (int(x) for x in _strings(reply))
         return Placed(job, tag, parked == 1, at_v == 1, advance, placed_paced)
 
@@ -293,6 +287,11 @@ class CostStore:
         """What the grant of the job's run in flight charged its key (None: nothing in flight)."""
         raw = await self._redis.hget(keys.cost_history(key), f"c:{job}")
         return None if raw is None else charge_of(key, text(raw))
+
+
+def entry_tail(key: str, more: int = 0, following: Sequence[str] = ()) -> str:
+    """A `fronts` entry after its advance: `|more|next ids|key`."""
+    return f"|{more}|{' '.join(following)}|{key}"
 
 
 def _strings(reply: object) -> list[str]:

@@ -108,6 +108,11 @@ def write_script_keys(
         partition = keys.partition_of(job_id)
         script_keys.extend((keys.parked(partition), keys.fronts(partition)))
         cost["parked"], cost["fronts"] = str(len(script_keys) - 1), str(len(script_keys))
+        turn_cost = cost.get("turn")
+        if isinstance(turn_cost, dict):  # a single Redis: the key's cost-aware turn in this write
+            turn_cost["first"] = str(len(script_keys) + 1)
+            fairness_key, priority = turn_cost["args"][:2]
+            script_keys.extend(keys.cost_keys(fairness_key, int(priority)).all)
     if usage:
         script_keys.append(keys.usage_pending(keys.partition_of(job_id)))
         items = [item for when, fact in usage for item in (str(when), fact.decode())]

@@ -129,8 +129,8 @@ class JobStore:
     ) -> Created:
         turn, args = await self._turn(view, event.at_ms)
         place, newcomer, placed = None, False, None
-        if self._cost is not None:  # the key's queue first (its partition), on either backend
-            placed = await self._cost.enter(event.job_id, view, int(args[1]), self._batch)
+        if self._cost is not None and self._cluster:  # the key's queue first, in its partition
+            placed = await self._cost.enter(event.job_id, view, int(args[1]))
         elif self._cluster:
             reply = await self._scripts.fair_turn(keys=[turn], args=args)
             tag = int(reply.decode() if isinstance(reply, bytes) else reply)
@@ -143,13 +143,14 @@ class JobStore:
             due_at=event.at_ms + self._hold_ms,
             board=board,
             place=place,
-            turn=None if self._cluster or placed else (turn, args),
+            turn=None if self._cluster or self._cost else (turn, args),
             newcomer=newcomer,
             bound=(bound, counted) if bound else None,
             placed=placed,
+            virtual=int(args[1]),
         )
         if reply[0] == "FULL" and bound is not None:
-            if self._cost is not None:  # nothing stored: the job leaves its key's queue
+            if placed is not None and self._cost is not None:  # nothing stored: it leaves the key queue it joined
                 await self._cost.left(event.job_id, view, int(args[1]))
             raise bounds.refused(bound, reply[1], view.scheduling.fairness_key)
         if reply[0] == "OK":
@@ -160,7 +161,7 @@ class JobStore:
                 await ring_work(self._redis, {"line": event.job_id})
             return Created(Snapshot(view, reply[1], board.state if board else None), created=True)
         existing = decode_view(reply[1]) or (await self.load(event.job_id) or await self._refold(event.job_id)).view
-        if self._cost is not None and not await self._cost.waits(existing):
+        if placed is not None and self._cost is not None and not await self._cost.waits(existing):
             # granted or past its wait: the replay's turn queued it in its key's queue again, where it no longer waits
             await self._cost.left(event.job_id, existing, int(args[1]))
         return Created(Snapshot(existing, ""), created=False)
@@ -273,6 +274,7 @@ class JobStore:
         bound: tuple[Bound, bounds.Counted] | None = None,
         usage: Sequence[tuple[int, bytes]] = (),
         placed: Placed | None = None,
+        virtual: int = 0,
     ) -> list[str]:
         """One append_events.lua over the job's partition (one slot; on a single Redis also the turns of a new
         job's fairness key, `turn`); acknowledged after WAIT when asked. On a single Redis a create's only wake-up
@@ -291,9 +293,7 @@ class JobStore:
         if due_at is not None:
             write["due"] = str(due_at)
         if expected == "$new":
-            write.update(entering(job_id, view, place, turn, newcomer=newcomer))
-            if placed is not None:
-                CostEntry.fields(job_id, view, placed, write)
+            self._entering(write, job_id, view, place, turn, newcomer, placed, virtual)
         elif view.status.terminal:
             write.update({"line": "leave"} if self._cost is None else {"line": "leave", "cost": {}})
         ends = view.status.terminal and not (before and before.status.terminal)
@@ -325,6 +325,25 @@ class JobStore:
         if self._batch is not None:
             return as_strings(await self._batch.run(self._scripts.append_events, script_keys, args))
         return as_strings(await self._scripts.run(self._scripts.append_events, keys=script_keys, args=args))
+
+    def _entering(
+        self,
+        write: dict[str, object],
+        job_id: str,
+        view: JobView,
+        place: int | None,
+        turn: tuple[str, list[str | int]] | None,
+        newcomer: bool,
+        placed: Placed | None,
+        virtual: int,
+    ) -> None:
+        """The fields of a create's write that put the job in the line: at its place, taking its key's turn, or
+        (cost-aware) as its key's front or parked, as `placed` says or, on a single Redis, as the write decides."""
+        write.update(entering(job_id, view, place, turn, newcomer=newcomer))
+        if placed is not None:
+            CostEntry.fields(job_id, view, placed, write)
+        elif self._cost is not None:
+            self._cost.turn(job_id, view, virtual, write)
 
     def _ending(self, view: JobView, *, release: bool) -> dict[str, str]:
         """The fields of the write that ends the job."""

@@ -76,6 +76,14 @@ def source(name: str) -> str:
     return resources.files("broker.store").joinpath("scripts", f"{name}.lua").read_text()
 
 
+def job_write_source() -> str:
+    """append_events.lua with fair_turn_cost.lua as its local function `fair_turn_cost(KEYS, ARGV)`: on a single
+    Redis a create takes its key's cost-aware turn inside its job write (SPEC S4.2 "What a turn costs"). The function's
+    parameters shadow the script's KEYS and ARGV, so the turn's script reads as it does on its own (a cluster runs it
+    alone, in its key's slot)."""
+    return f"local function fair_turn_cost(KEYS, ARGV)\n{source('fair_turn_cost')}\nend\n{source('append_events')}"
+
+
 Args = Sequence[str | bytes | int | float]
 
 
@@ -86,7 +94,7 @@ class Scripts:
         self._redis = redis
         self._cluster = is_cluster(redis)
         self.durability = durability or Durability()
-        self.append_events: AsyncScript = redis.register_script(source("append_events"))
+        self.append_events: AsyncScript = redis.register_script(job_write_source())
         self.acquire_lease: AsyncScript = redis.register_script(source("acquire_lease"))
         self.renew_lease: AsyncScript = redis.register_script(source("renew_lease"))
         self.release_lease: AsyncScript = redis.register_script(source("release_lease"))

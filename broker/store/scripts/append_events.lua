@@ -15,6 +15,7 @@
 -- KEYS[bound.key.first..last] partition fair hashes, KEYS[bound.all.first..last] partition lines: with `bound`
 --   (on a single Redis every partition's; on a cluster the job's own: one slot)
 -- KEYS[w.cost.parked] partition parked zset, KEYS[w.cost.fronts] partition fronts hash: with `cost`
+-- KEYS[w.cost.turn.first..+4] the fairness key's cost-aware keys (keys.cost_keys): with `cost.turn`, on a single Redis
 -- KEYS[w.usage.key] partition usage zset (facts not yet counted in their hour, SPEC S4.5): with `usage`
 -- ARGV[1] the write, a JSON object of strings:
 --   job        the job id
@@ -51,7 +52,11 @@
 --   cost       present (ADMISSION_FAIRNESS_COST time or tokens, SPEC S4.2 "What a turn costs"): {parked, fronts}, the
 --              indexes in KEYS of the partition's parked zset and fronts hash, and with 'enter' (fair_turn_cost.lua
 --              placed the job, `place` its score) `park` ('1': the job waits parked behind its key's front, not in
---              the line) or `entry` (its key's front: its fronts entry `advance|more|next ids|key`); with 'leave'
+--              the line) or `entry` (its key's front: its fronts entry `advance|more|next ids|key`), or instead of
+--              both, on a single Redis, `turn` {first, args, band, tail, prefix}: the job takes its key's turn here,
+--              fair_turn_cost(KEYS[first..first+4], args) (the composed function): its place is `band` + the tag,
+--              a front's entry its advance .. `tail`, and `joined`'s newcomer message `prefix` .. place, paced, job
+--              when it starts at V. A replay (EXISTS) or a refused create (FULL) takes none; with 'leave'
 --              the job leaves the parked jobs (uncounted as from the line) and the fronts too
 --   deltas     present (with `expire`): when the job's message deltas are removed (epoch ms, S3.6)
 --   release    present (with `expire` and a `token`): the job ends in its driver's write: its run lease
@@ -155,6 +160,20 @@ if w.line == 'enter' then
     place = string.format('%.0f', tonumber(t.band) + s)
   end
   local c = w.cost
+  if c and c.turn then  -- a single Redis: the key's cost-aware turn here (fair_turn_cost.lua, composed in)
+    local k, first = c.turn, tonumber(c.turn.first)
+    local r = fair_turn_cost({unpack(KEYS, first, first + 4)}, k.args)
+    place = string.format('%.0f', tonumber(k.band) + tonumber(r[1]))
+    if r[2] == 1 then
+      c.park = '1'
+    else
+      c.entry = r[4] .. k.tail
+    end
+    at_v = r[3] == '1'
+    if at_v then
+      w.joined.newcomer = k.prefix .. place .. ' ' .. r[5] .. ' ' .. w.job
+    end
+  end
   if c and c.park then
     redis.call('ZADD', KEYS[tonumber(c.parked)], place, w.job)
   else

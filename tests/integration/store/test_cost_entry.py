@@ -5,6 +5,8 @@ followed by the key's next job; `runs` writes nothing of it."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from redis.asyncio import Redis
 
@@ -14,7 +16,7 @@ from broker.admission.pacing import Pacing
 from broker.admission.quotas import Bound
 from broker.errors import QueueFull
 from broker.events import JobCreated, JobFinished, JobStatus, Scheduling, StopRequested
-from broker.store import keys
+from broker.store import keys, signals
 from broker.store.admission import AdmissionStore
 from broker.store.cost_entry import CostEntry
 from broker.store.cost_store import CostStore, entry_of
@@ -120,6 +122,40 @@ async def test_a_create_refused_by_a_bound_leaves_no_trace_in_its_keys_queue(red
     # Then the key's queue holds its first job only
     line = await CostStore(redis, TIME, 60_000).key_line("team-a", P)
     assert line.queue == (_job(0),) and await _where(redis, 1) == ("none", None)
+
+
+async def test_a_front_at_v_tells_the_passes_its_score_and_pacing_and_a_replay_takes_no_second_turn(
+    redis: Redis,
+) -> None:
+    # Given a job store charging slot time, the line's V at 0, and a listener of the creates' messages
+    store = JobStore(redis, retention_ms=60_000, cost=TIME)
+    heard: list[str] = []
+    listening = asyncio.Event()
+
+    async def listen() -> None:
+        async for message in signals.nudges(redis, listening.set):
+            heard.append(message)
+
+    listener = asyncio.create_task(listen())
+    await asyncio.wait_for(listening.wait(), 10)
+    try:
+        # When a key creates two jobs, and its first create is replayed
+        await _create(store, 0, "team-a")
+        await _create(store, 1, "team-a")
+        await _create(store, 0, "team-a")
+        async with asyncio.timeout(10):
+            while len(heard) < 2:
+                await asyncio.sleep(0.01)
+    finally:
+        listener.cancel()
+    # Then its front, at V, told every pass its score and what V moves past it by (the guess: no run settled yet),
+    # its parked job said it joined, and the replay published nothing and queued the job no second time
+    assert heard[0] == signals.newcomer_message(_job(0), fair.score(P, 0), 60_000)
+    assert heard[1:] == [signals.joined_message(_job(1))]
+    line = await CostStore(redis, TIME, 60_000).key_line("team-a", P)
+    assert line.front == _job(0) and line.queue == (_job(0), _job(1))
+    assert (await _where(redis, 0), (await _where(redis, 1))[0]) == (("line", fair.score(P, 0)), "parked")
+    assert await _waiting(redis, "team-a") == 2
 
 
 async def test_runs_keeps_fixed_tags_and_writes_no_queue(redis: Redis) -> None:
