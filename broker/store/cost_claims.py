@@ -192,6 +192,7 @@ class CostLineClaims(LineClaims):
     async def _claim_round(self, planned: Sequence[Planned], now_ms: int) -> list[Claimed]:
         """Claim the planned jobs; step the keys of the first attempts claimed and place their next fronts."""
         heads = [(job_id, new_token(self._replica), partition) for job_id, partition in planned]
+        read = {job_id: self._entries[job_id] for job_id, _ in planned if job_id in self._entries}
         claims = await run_many(self._redis, self._scripts.admission_claim, self._cost_claim_calls(heads, now_ms))
         taken: list[Claimed] = []
         for (job_id, lease_token, partition), claim in zip(heads, claims, strict=True):
@@ -204,7 +205,7 @@ class CostLineClaims(LineClaims):
             elif reply[0] == 0:  # gone: another replica took it, or it was stopped
                 self._known.taken(job_id, partition, gone=True)
                 self._forget_parked(job_id, partition)
-        await self._step(taken)
+        await self._step(taken, read)
         return taken
 
     def _cost_claim_calls(
@@ -236,8 +237,9 @@ class CostLineClaims(LineClaims):
         self._entries.pop(job_id, None)
         self._arrived.get(partition, {}).pop(job_id, None)
 
-    async def _step(self, taken: Sequence[Claimed]) -> None:
-        """The key steps of the claimed first attempts, in claim order per key, and their keys' next fronts placed."""
+    async def _step(self, taken: Sequence[Claimed], read: dict[str, Entry]) -> None:
+        """The key steps of the claimed first attempts, in claim order per key, and their keys' next fronts placed
+        (by the step itself when it is the one the fronts entries `read` of the claimed jobs make expected)."""
         by_key: dict[tuple[str, int], tuple[float, list[Step]]] = {}
         for job_id, _, _, _, place, view in taken:
             if view is None or view.attempt != 1 or fair.band_of(float(place)) is None:
@@ -250,22 +252,30 @@ class CostLineClaims(LineClaims):
             (key, priority, weight, self._virtual.tag(priority), jobs)
             for (key, priority), (weight, jobs) in by_key.items()
         ]
-        steps = await self.costs.steps(calls)
+        steps = await self.costs.steps(calls, [_expected(jobs, read) for *_, jobs in calls])
         for (_, priority, _, _, _), step in zip(calls, steps, strict=True):
             self.begins.update((job_id, fair.score(priority, tag)) for job_id, tag in step.begins)
         weights = {(key, priority): weight for key, priority, weight, _, _ in calls}
-        await self.place([step.front for step in steps if step.front is not None], weights)
+        fronts = [(step.front, step.placed) for step in steps if step.front is not None]
+        await self.place([front for front, _ in fronts], weights, [placed for _, placed in fronts])
 
-    async def place(self, fronts: Sequence[Front], weights: dict[tuple[str, int], float]) -> int:
-        """Place the keys' fronts in their lines; one found gone is reported `left`, its key's next one placed. The
-        fronts that joined a line (not there already)."""
+    async def place(
+        self,
+        fronts: Sequence[Front],
+        weights: dict[tuple[str, int], float],
+        answers: Sequence[int | None] = (),
+    ) -> int:
+        """Place the keys' fronts in their lines; one found gone is reported `left`, its key's next one placed.
+        `answers`: per front, fair_promote's answer when its key step placed it already (None: not). The fronts that
+        joined a line (not there already)."""
         joined = 0
         for _ in range(GONE_ROUNDS):
             if not fronts:
                 return joined
             for front in fronts:
                 self._known.changed(keys.partition_of(front.placed.job))
-            placed = await self.costs.promote(fronts)
+            placed = await self._promote(fronts, answers)
+            answers = ()
             joined += sum(1 for answer in placed if answer == 1)
             self._placed.update((f.placed.job, f.score) for f, answer in zip(fronts, placed, strict=True) if answer)
             gone = [front for front, answer in zip(fronts, placed, strict=True) if answer == 0]
@@ -283,3 +293,22 @@ class CostLineClaims(LineClaims):
             ]
             fronts = [step.front for step in await self.costs.steps(calls) if step.front is not None]
         return joined
+
+    async def _promote(self, fronts: Sequence[Front], answers: Sequence[int | None]) -> list[int]:
+        """fair_promote's answer for each front: as given, or from placing those without one (one pipeline)."""
+        given = list(answers) or [None] * len(fronts)
+        if all(answer is not None for answer in given):
+            return [answer for answer in given if answer is not None]
+        rest = iter(await self.costs.promote([f for f, answer in zip(fronts, given, strict=True) if answer is None]))
+        return [next(rest) if answer is None else answer for answer in given]
+
+
+def _expected(jobs: Sequence[Step], read: dict[str, Entry]) -> str | None:
+    """The front a key step of the claimed `jobs` leaves, as their fronts entries read show it: the first job named
+    behind a claimed front that was not claimed (None: unknown, or none waits)."""
+    claimed = {step.job for step in jobs}
+    for step in jobs:
+        entry = read.get(step.job)
+        if entry is not None:
+            return next((job for job in entry.next if job not in claimed), None)
+    return None

@@ -26,6 +26,7 @@ from broker.admission import fair
 from broker.admission.cost import Charge, CostSettings, History, KeyLine, Placed
 from broker.store import keys, signals
 from broker.store.batch import ScriptBatch
+from broker.store.connection import is_cluster
 from broker.store.replies import scored, text
 from broker.store.scripts import Scripts, run_many
 
@@ -92,11 +93,13 @@ class Step:
 @frozen
 class KeyStep:
     """What a key step did: how many jobs it charged, the tag each charged job started at (what V moves past, SPEC
-    S4.2), and the key's front to place (None: none waits)."""
+    S4.2), and the key's front to place (None: none waits), or `placed` there already (fair_promote's answer: the
+    front was the one expected)."""
 
     charged: int
     front: Front | None
     begins: tuple[tuple[str, int], ...] = ()
+    placed: int | None = None
 
 
 @frozen
@@ -131,6 +134,7 @@ class CostStore:
         self._retention_ms = retention_ms  #: RUNS_RETENTION: a key's History and settled charges age out with it
         self._scripts = scripts or Scripts(redis)
         self._batch = batch
+        self._single = not is_cluster(redis)  #: a single Redis: a key step may place its front too
 
     def _args(self, key: str, priority: int, weight: float, virtual: int) -> list[str | int]:
         s = self.settings
@@ -157,21 +161,37 @@ class CostStore:
         """One key's step (fair_next.lua) for the jobs a pass took of it, in order."""
         return (await self.steps([(key, priority, weight, virtual, jobs)]))[0]
 
-    async def steps(self, calls: Sequence[tuple[str, int, float, int, Sequence[Step]]]) -> list[KeyStep]:
-        """Several keys' steps, one pipeline (one script per key, in its partition)."""
+    async def steps(
+        self,
+        calls: Sequence[tuple[str, int, float, int, Sequence[Step]]],
+        expected: Sequence[str | None] = (),
+    ) -> list[KeyStep]:
+        """Several keys' steps, one pipeline (one script per key, in its partition). `expected`: per call, the front
+        its caller expects the step to leave; on a single Redis the step places that front itself (a step that
+        leaves another names it, to place)."""
         script_calls: list[tuple[Sequence[str], Sequence[str | int]]] = []
-        for key, priority, weight, virtual, jobs in calls:
+        for i, (key, priority, weight, virtual, jobs) in enumerate(calls):
             each = [x for j in jobs for x in (j.job, j.attempt, "left" if j.left else "grant")]
-            script_calls.append(
-                (keys.cost_keys(key, priority).all, [*self._args(key, priority, weight, virtual), *each])
-            )
+            script_keys = keys.cost_keys(key, priority).all
+            front = expected[i] if i < len(expected) and self._single else None
+            if front is not None:  # a single Redis: the front's partition in the same script (no slots there)
+                script_keys = [*script_keys, *_placing_keys(front)]
+            placing: list[str | int] = [
+                front or "",
+                fair.front(priority),
+                keys.SIGNALS,
+                signals.NEWCOMER,
+                signals.JOINED,
+            ]
+            script_calls.append((script_keys, [*self._args(key, priority, weight, virtual), *placing, *each]))
         replies = await run_many(self._redis, self._scripts.fair_next, script_calls)
         steps = []
         for (key, priority, *_), reply in zip(calls, replies, strict=True):
             items = _strings(reply)
             pairs = items[1].split()
             begins = tuple((job, int(tag)) for job, tag in zip(pairs[::2], pairs[1::2], strict=True))
-            steps.append(KeyStep(int(items[0]), front_of(key, priority, items[2:]), begins))
+            placed = int(items[2]) if items[2] else None
+            steps.append(KeyStep(int(items[0]), front_of(key, priority, items[3:]), begins, placed))
         return steps
 
     async def settle(
@@ -234,8 +254,7 @@ class CostStore:
         calls: list[tuple[Sequence[str], Sequence[str | int]]] = []
         for front in fronts:
             job = front.placed.job
-            p = keys.partition_of(job)
-            script_keys = [keys.line(p), keys.parked(p), keys.fronts(p), keys.view(job)]
+            script_keys = _placing_keys(job)
             moved = signals.joined_message(job) if move else ""
             calls.append((script_keys, [job, front.score, front.entry, keys.SIGNALS, front.message, moved]))
         if self._batch is not None and len(calls) == 1:
@@ -287,6 +306,12 @@ class CostStore:
         """What the grant of the job's run in flight charged its key (None: nothing in flight)."""
         raw = await self._redis.hget(keys.cost_history(key), f"c:{job}")
         return None if raw is None else charge_of(key, text(raw))
+
+
+def _placing_keys(job: str) -> list[str]:
+    """fair_promote.lua's KEYS for a front: its partition's line, parked jobs and fronts, and its view."""
+    p = keys.partition_of(job)
+    return [keys.line(p), keys.parked(p), keys.fronts(p), keys.view(job)]
 
 
 def entry_tail(key: str, more: int = 0, following: Sequence[str] = ()) -> str:

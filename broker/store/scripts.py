@@ -76,6 +76,12 @@ def source(name: str) -> str:
     return resources.files("broker.store").joinpath("scripts", f"{name}.lua").read_text()
 
 
+def key_step_source() -> str:
+    """fair_next.lua with fair_promote.lua as its local function `fair_promote(KEYS, ARGV)`: on a single Redis a pass's
+    key step places the front it expected in the same script (SPEC S4.2 "What a turn costs")."""
+    return f"local function fair_promote(KEYS, ARGV)\n{source('fair_promote')}\nend\n{source('fair_next')}"
+
+
 def job_write_source() -> str:
     """append_events.lua with fair_turn_cost.lua as its local function `fair_turn_cost(KEYS, ARGV)`: on a single
     Redis a create takes its key's cost-aware turn inside its job write (SPEC S4.2 "What a turn costs"). The function's
@@ -127,7 +133,7 @@ class Scripts:
         self.quota_return: AsyncScript = redis.register_script(source("quota_return"))
         # ADMISSION_FAIRNESS_COST (SPEC S4.2 "What a turn costs"): broker/store/cost_store.py
         self.fair_turn_cost: AsyncScript = redis.register_script(source("fair_turn_cost"))
-        self.fair_next: AsyncScript = redis.register_script(source("fair_next"))
+        self.fair_next: AsyncScript = redis.register_script(key_step_source())
         self.fair_promote: AsyncScript = redis.register_script(source("fair_promote"))
         self.fair_settle: AsyncScript = redis.register_script(source("fair_settle"))
         self.fair_fresh: AsyncScript = redis.register_script(source("fair_fresh"))

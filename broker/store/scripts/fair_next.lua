@@ -3,12 +3,19 @@
 -- (`c:<job>` written only when no charge of the job is in flight nor settled for that attempt: a second call, a
 -- takeover or a settle, charges nothing); a job reported gone (`left`) charges nothing. The key's next job becomes
 -- its front at the new F. Returns the front to place (fair_promote.lua, in its own partition): placing is idempotent.
+-- On a single Redis the caller may name the front it expects (`expected`, its partition's keys in KEYS[6..9]): when
+-- the step's front is that job, this script places it too (fair_promote.lua composed in as `fair_promote(KEYS,
+-- ARGV)`: broker/store/scripts.py), as the pass's placing would (a front in the line stays where it is).
 -- KEYS[1] the priority's turns zset   KEYS[2] the priority's keys hash   KEYS[3] the key's queue zset
 -- KEYS[4] the key's cost hash   KEYS[5] the key's settled zset   (one slot: the key's partition {pK})
+-- KEYS[6..9] with `expected`, on a single Redis: its partition's line, parked jobs and fronts, and its view
 -- ARGV[1] fairness key   ARGV[2] priority   ARGV[3] weight   ARGV[4] V   ARGV[5] mode   ARGV[6] guess
--- ARGV[7] retention ms   then per job: ARGV[i] job, ARGV[i+1] attempt, ARGV[i+2] `grant` or `left`
--- Returns {charged, begins, front, tag, at_v, advance, paced, more, next ids...} (front '' when the key has none;
--- begins `job tag job tag…`: where each job charged started, what V moves past)
+-- ARGV[7] retention ms   ARGV[8] expected ('' none)   ARGV[9] the priority's band (a front's score: band + tag)
+-- ARGV[10] the signals channel   ARGV[11] a newcomer's message prefix   ARGV[12] a joined job's message prefix
+-- then per job: ARGV[i] job, ARGV[i+1] attempt, ARGV[i+2] `grant` or `left`
+-- Returns {charged, begins, placed, front, tag, at_v, advance, paced, more, next ids...} (front '' when the key has
+-- none; begins `job tag job tag…`: where each job charged started, what V moves past; placed fair_promote's answer
+-- for the expected front, '' when it was not placed here)
 local MAX_TAG, MAX_ADVANCE, UNIT, FLOOR = 2 ^ 50 - 1, 2 ^ 30, 10000, 1
 local key, p, weight, v = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local function fmt(x) return string.format('%.0f', x) end
@@ -89,7 +96,7 @@ end
 local line, charged, begins = load(), 0, {}
 local advance, guessed = estimate()
 local front = line.front
-for i = 8, #ARGV, 3 do
+for i = 13, #ARGV, 3 do
   if ARGV[i + 2] == 'left' then
     left(line, ARGV[i], advance)
   elseif granted(line, ARGV[i], ARGV[i + 1], advance, guessed) then
@@ -101,9 +108,20 @@ if line.front and line.front ~= front then line.tag = math.max(line.tag, after()
 save(line)
 if charged > 0 then redis.call('PEXPIRE', KEYS[4], ARGV[7]) end
 begins = table.concat(begins, ' ')
-if not line.front then return {charged, begins, ''} end
+if not line.front then return {charged, begins, '', ''} end
 local queue = redis.call('ZRANGE', KEYS[3], 0, 16)
 local more = queue[1] == line.front and redis.call('ZCARD', KEYS[3]) - 1 or 0
-local reply = {charged, begins, line.front, fmt(line.tag), line.at_v, fmt(line.advance), fmt(line.paced), more}
-for i = 2, math.min(#queue, more + 1) do reply[#reply + 1] = queue[i] end
+local following = {}
+for i = 2, math.min(#queue, more + 1) do following[#following + 1] = queue[i] end
+local placed = ''
+if ARGV[8] ~= '' and ARGV[8] == line.front then
+  local score = fmt(tonumber(ARGV[9]) + line.tag)
+  local entry = table.concat({fmt(line.advance), more, table.concat(following, ' '), key}, '|')
+  local message = ARGV[12] .. line.front
+  if line.at_v == '1' then message = ARGV[11] .. score .. ' ' .. fmt(line.paced) .. ' ' .. line.front end
+  placed = fair_promote({KEYS[6], KEYS[7], KEYS[8], KEYS[9]}, {line.front, score, entry, ARGV[10], message, ''})
+end
+local reply = {charged, begins, placed, line.front, fmt(line.tag), line.at_v, fmt(line.advance), fmt(line.paced),
+  more}
+for _, job in ipairs(following) do reply[#reply + 1] = job end
 return reply

@@ -12,6 +12,7 @@ from redis.asyncio import Redis
 from broker.admission import fair
 from broker.admission.cost import CostSettings, History
 from broker.store import keys, signals
+from broker.store.connection import is_cluster
 from broker.store.cost_store import CostStore, Front, Step
 from broker.store.replies import text
 from tests.conftest import BOTH_BACKENDS
@@ -231,3 +232,30 @@ async def test_going_back_unparks_every_waiting_job_into_the_line(redis: Redis) 
     for partition in partitions:
         assert await redis.zcard(keys.parked(partition)) == 0
         assert await redis.exists(keys.fronts(partition)) == 0
+
+
+async def test_a_key_step_places_the_front_its_pass_expected_and_leaves_another_to_place(redis: Redis) -> None:
+    # Given a backlog of four jobs of one key
+    store = _store(redis)
+    jobs = await _backlog(store, redis, 4)
+    # When a pass steps the key for its front, expecting the next job to follow, then for that one expecting a job
+    # that is not next
+    [first] = await store.steps([(KEY, P, 1.0, 0, [Step(jobs[0])])], [jobs[1]])
+    [second] = await store.steps([(KEY, P, 1.0, 0, [Step(jobs[1])])], [jobs[3]])
+    assert first.front is not None and second.front is not None and second.front.placed.job == jobs[2]
+    p1, p2 = keys.partition_of(jobs[1]), keys.partition_of(jobs[2])
+    if is_cluster(redis):
+        # Then on a cluster (the front's partition is another slot) neither step placed its front
+        assert (first.placed, second.placed) == (None, None)
+        assert await redis.zscore(keys.parked(p1), jobs[1]) is not None
+    else:
+        # Then on a single Redis the first step placed the front it expected in its line, at its turn, with its
+        # fronts entry, as a placing would; the second, whose front was another, placed none
+        assert (first.placed, second.placed) == (1, None)
+        assert await redis.zscore(keys.line(p1), jobs[1]) == first.front.score
+        assert await redis.zscore(keys.parked(p1), jobs[1]) is None
+        assert text(await redis.hget(keys.fronts(p1), jobs[1])) == first.front.entry
+    assert await redis.zscore(keys.parked(p2), jobs[2]) is not None
+    # and the front a step left unplaced is placed by its caller
+    assert await store.promote([second.front]) == [1]
+    assert await redis.zscore(keys.line(p2), jobs[2]) == second.front.score
