@@ -118,6 +118,23 @@ elseif w.expect ~= '' and last ~= w.expect then
   return {'CONFLICT', last}
 end
 
+local turned_at_v = false
+if w.line == 'enter' and w.cost and w.cost.turn then
+  -- a single Redis: the key's cost-aware turn (fair_turn_cost.lua, composed in), before anything is written
+  local c, k, first = w.cost, w.cost.turn, tonumber(w.cost.turn.first)
+  local r = fair_turn_cost({unpack(KEYS, first, first + 4)}, k.args)
+  w.place = string.format('%.0f', tonumber(k.band) + tonumber(r[1]))
+  if r[2] == 1 then
+    c.park = '1'
+  else
+    c.entry = r[4] .. k.tail
+  end
+  turned_at_v = r[3] == '1'
+  if turned_at_v then
+    w.joined.newcomer = k.prefix .. w.place .. ' ' .. r[5] .. ' ' .. w.job
+  end
+end
+
 local reply = {'OK'}
 for i = 5, #ARGV do
   last = redis.call('XADD', KEYS[1], '*', 'e', ARGV[i])
@@ -150,7 +167,7 @@ local last_status = 13 + tonumber(w.statuses)
 if w.line == 'enter' then
   local place = w.place
   local t = w.turn
-  local at_v = false
+  local at_v = turned_at_v
   if t then
     local turns, v, most = KEYS[last_status + 2], tonumber(t.v), tonumber(t.most)
     local s = math.min(math.max(tonumber(redis.call('ZSCORE', turns, t.key) or '0'), v), most)
@@ -160,20 +177,6 @@ if w.line == 'enter' then
     place = string.format('%.0f', tonumber(t.band) + s)
   end
   local c = w.cost
-  if c and c.turn then  -- a single Redis: the key's cost-aware turn here (fair_turn_cost.lua, composed in)
-    local k, first = c.turn, tonumber(c.turn.first)
-    local r = fair_turn_cost({unpack(KEYS, first, first + 4)}, k.args)
-    place = string.format('%.0f', tonumber(k.band) + tonumber(r[1]))
-    if r[2] == 1 then
-      c.park = '1'
-    else
-      c.entry = r[4] .. k.tail
-    end
-    at_v = r[3] == '1'
-    if at_v then
-      w.joined.newcomer = k.prefix .. place .. ' ' .. r[5] .. ' ' .. w.job
-    end
-  end
   if c and c.park then
     redis.call('ZADD', KEYS[tonumber(c.parked)], place, w.job)
   else
