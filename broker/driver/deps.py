@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Callable
 from enum import StrEnum
 
-from attrs import define
+from attrs import define, field
 
 from broker.clock import Clock
 from broker.driver.gate import Gate
@@ -49,6 +50,8 @@ class Deps:
     fleet: Fleet | None = None  #: every upstream's client (SPEC S10); None: `hermes` only
     affinity: Affinity | None = None  #: where sessions' jobs go (SPEC S10); None: no affinity kept
     conversations: Conversations | None = None  #: sessions' turns in order (SPEC S4.3); None: not ordered
+    #: runs this replica watches after losing their job (broker/driver/forsaken.py)
+    background: set[asyncio.Task[None]] = field(factory=set)
 
     def client(self, upstream: str | None) -> HermesClient:
         """The Hermes client of `upstream` (the first's for None or an unknown name)."""

@@ -13,11 +13,12 @@ from typing import Any
 
 from broker import tracing
 from broker.admission.state import line_place
-from broker.driver import decide
+from broker.driver import decide, forsaken
 from broker.driver.decide import Append, Done, Follow, Queue, StopRun, Submit
 from broker.driver.deps import Deps, Ending
 from broker.driver.follow_span import FollowSpan
 from broker.driver.pump import Nudge, Pump, release
+from broker.errors import LeaseLost
 from broker.events import JobCreated, JobEvent, JobRerouted
 from broker.hermes.client import HermesClient
 from broker.hermes.models import Accepted, HermesEvent, HermesRun, NotFound
@@ -173,9 +174,16 @@ class Runner:
             tracing.ADMISSION, start_ms=since, attributes={tracing.ATTEMPT: action.attempt, "job.hold": hold}
         ).end()
         with tracing.within(None, {tracing.ATTEMPT: action.attempt}):
-            outcome = await deps.client(self.slot_upstream).create(
-                body, idempotency_key=action.idempotency_key, session_key=view.session_key
+            create = asyncio.ensure_future(
+                deps.client(self.slot_upstream).create(
+                    body, idempotency_key=action.idempotency_key, session_key=view.session_key
+                )
             )
+        try:
+            outcome = await asyncio.shield(create)
+        except asyncio.CancelledError:  # the lease lost (or a drain) while Hermes creates the run
+            forsaken.when_answered(deps, self.job_id, action.attempt, self.slot_upstream, create)
+            raise
         now, policy = deps.clock.now_ms(), deps.policy
         refused = decide.refusal_of(outcome)
         retry_at = now
@@ -187,19 +195,24 @@ class Runner:
                 )
             ).retry_at_ms
             self.has_slot = False
-        snapshot = await self._commit(
-            snapshot,
-            lambda v: decide.on_create(
-                v,
-                action.attempt,
-                outcome,
-                now,
-                retry_at_ms=retry_at,
-                policy=policy,
-                upstream=self.slot_upstream or deps.upstream,
-                turn_since_ms=self._turn_since,
-            ),
-        )
+        try:
+            snapshot = await self._commit(
+                snapshot,
+                lambda v: decide.on_create(
+                    v,
+                    action.attempt,
+                    outcome,
+                    now,
+                    retry_at_ms=retry_at,
+                    policy=policy,
+                    upstream=self.slot_upstream or deps.upstream,
+                    turn_since_ms=self._turn_since,
+                ),
+            )
+        except LeaseLost:  # taken over while Hermes created the run: a second run of the job, unless replayed
+            if isinstance(outcome, Accepted):
+                forsaken.forsake(deps, self.job_id, action.attempt, self.slot_upstream, outcome.run_id)
+            raise
         if isinstance(outcome, Accepted):
             self.ran = True
             await deps.gate.accepted(self.job_id, now, upstream=self.slot_upstream)

@@ -1,0 +1,74 @@
+"""Runs Hermes created for a job after the replica that asked lost the job (SPEC S4 "One job, one thread, one Hermes
+run at a time"): a replica frozen past its run lease while its create was on its way thaws to Hermes's answer, and
+another replica has taken the job over meanwhile. Hermes 0.19 ignores the create's Idempotency-Key, so the new
+owner's create made a second run of the job: the forsaken one is stopped. An upstream that replays a create by its
+key (upstream main) answered the new owner with this very run, which is then left to it.
+
+Whose run it is shows once the job's view records a run of that attempt or later (the new owner's), or the job
+ended: until then the run is watched (every RUNS_POLL_INTERVAL, at most RUNS_HOLD). A stop Hermes does not answer is
+left to the upstream's prober, as a run left on a lost upstream is (broker/driver/prober.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from broker.driver.deps import Deps
+from broker.errors import JobNotFound
+from broker.hermes.models import Accepted, CreateOutcome, NotFound, Rejected, Stopping
+from broker.logging import get_logger
+from broker.store.outage import log_failure
+
+
+def when_answered(
+    deps: Deps, job_id: str, attempt: int, upstream: str | None, create: asyncio.Future[CreateOutcome]
+) -> None:
+    """The runner stopped waiting for its create (its lease lost, the job taken over): a run Hermes accepts for it
+    after all is forsaken."""
+
+    def answered(done: asyncio.Future[CreateOutcome]) -> None:
+        if done.cancelled() or done.exception() is not None:
+            return
+        outcome = done.result()
+        if isinstance(outcome, Accepted):
+            forsake(deps, job_id, attempt, upstream, outcome.run_id)
+
+    create.add_done_callback(answered)
+
+
+def forsake(deps: Deps, job_id: str, attempt: int, upstream: str | None, run_id: str) -> None:
+    """Hermes accepted `run_id` for the job's `attempt` after this replica lost the job: stop it unless the job's
+    owner follows it (in the background; the replica keeps a reference until it is done)."""
+    task = asyncio.create_task(
+        _stop_unless_followed(deps, job_id, attempt, upstream, run_id), name=f"forsaken-{run_id}"
+    )
+    deps.background.add(task)
+    task.add_done_callback(deps.background.discard)
+
+
+async def _stop_unless_followed(deps: Deps, job_id: str, attempt: int, upstream: str | None, run_id: str) -> None:
+    log = get_logger(__name__)
+    fields = {"job": job_id, "hermesRun": run_id, "upstream": upstream}
+    try:
+        deadline = deps.clock.now_ms() + deps.policy.hold_ms
+        while True:
+            try:
+                view = (await deps.writer.load(job_id)).view
+            except JobNotFound:
+                break  # expired: nobody follows the run
+            if view.hermes_run_id == run_id:
+                return  # the job's owner follows it: its create was answered with this run
+            if view.status.terminal or view.accepted_attempt >= attempt:
+                break  # the job has another run of that attempt (or a later one), or none any more
+            if deps.clock.now_ms() >= deadline:
+                log.warning("A run Hermes created for a job this replica lost is left running.", extra=fields)
+                return
+            await asyncio.sleep(deps.poll_interval_ms / 1000)
+        outcome = await deps.client(upstream).stop(run_id)
+        if not isinstance(outcome, Stopping | NotFound | Rejected):  # no answer: the prober stops it later
+            await deps.gate.store.health.orphan(upstream, run_id, deps.clock.now_ms())
+        log.warning("Stopped a second run Hermes created for a job this replica lost.", extra=fields)
+    except Exception as error:  # a task of its own: logged here
+        log_failure(
+            log, error, outage="Lost Redis watching a forsaken run.", bug="Could not stop a forsaken run.", **fields
+        )
