@@ -188,6 +188,8 @@ class Runner:
         refused = decide.refusal_of(outcome)
         retry_at = now
         if refused is not None:  # back to its place in the line first, so no replica waits on a lost slot
+            if not await deps.leases.renew(self.job_id, self.token, now):
+                raise LeaseLost(self.job_id)  # taken over meanwhile: its slot and place are the new owner's
             place = line_place(view)
             retry_at = (
                 await deps.gate.refused(
