@@ -132,8 +132,8 @@ def lined(places: Iterable[float], waiting: Callable[[int], int | None]) -> dict
 def after(starts: Iterable[int]) -> int:
     """The lowest tag a key's front may take: one past the starts of its charges in flight (`Charge.start`). A run
     Hermes refuses goes back to the line at its start: a later job of its key must stay behind it, whatever the
-    settles took off the key's F meanwhile."""
-    return max((tag + 1 for tag in starts), default=0)
+    settles took off the key's F meanwhile. At most MAX_TAG: a tag never spills into the next priority's band."""
+    return min(max((tag + 1 for tag in starts), default=0), MAX_TAG)
 
 
 def start(finish: int | None, virtual: int) -> int:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import cast
 
-from attrs import frozen
+from attrs import evolve, field, frozen
 from redis.asyncio import Redis
 
 from broker.admission import fair
@@ -43,6 +43,7 @@ class Front:
     placed: Placed
     more: int = 0
     next: tuple[str, ...] = ()
+    seq: int = field(default=0, eq=False)  #: a settle's: its key's settle count (its placing yields to a later's)
 
     @property
     def score(self) -> int:
@@ -215,8 +216,10 @@ class CostStore:
         else:
             reply = await self._scripts.fair_settle(keys=script_keys, args=args)
         items = _strings(reply)
-        applied, delta, at_v, paced, units = items[:5]
-        front = front_of(key, priority, items[5:])
+        applied, delta, at_v, paced, units, seq = items[:6]
+        front = front_of(key, priority, items[6:])
+        if front is not None:
+            front = evolve(front, seq=int(seq))
         return Settled(applied == "1", int(delta), at_v == "1", int(paced), int(units) if units else None, front)
 
     async def fresh(self, measured: float) -> History:
@@ -248,15 +251,17 @@ class CostStore:
 
     async def promote(self, fronts: Sequence[Front], *, move: bool = False) -> list[int]:
         """Place each front in its partition's line (fair_promote.lua, one pipeline): 1 joined, 2 there already (with
-        `move`, a settle's correction of its key's turn, moved to its place given; a pass's placing, whose key step
-        may have read the key before a settle, leaves it where it is), 0 gone (claimed or stopped: its key's step
-        reports it `left`)."""
+        `move`, a settle's correction of its key's turn, moved to its place given unless a later settle of its key
+        (a greater `seq`) placed it; a pass's placing, whose key step may have read the key before a settle, leaves
+        it where it is), 0 gone (claimed or stopped: its key's step reports it `left`)."""
         calls: list[tuple[Sequence[str], Sequence[str | int]]] = []
         for front in fronts:
             job = front.placed.job
             script_keys = _placing_keys(job)
-            moved = signals.joined_message(job) if move else ""
-            calls.append((script_keys, [job, front.score, front.entry, keys.SIGNALS, front.message, moved]))
+            args: list[str | int] = [job, front.score, front.entry, keys.SIGNALS, front.message, ""]
+            if move:  # a settle's: it moves the front, unless a later settle of its key placed it already
+                args[5:] = [signals.joined_message(job), front.seq]
+            calls.append((script_keys, args))
         if self._batch is not None and len(calls) == 1:
             return [int(cast(int, await self._batch.run(self._scripts.fair_promote, *calls[0])))]
         return [int(cast(int, reply)) for reply in await run_many(self._redis, self._scripts.fair_promote, calls)]

@@ -27,7 +27,7 @@ if not redis.call('SET', KEYS[2], ARGV[2], 'NX', 'PX', ARGV[3]) then
 end
 redis.call('ZREM', from, ARGV[1])
 if KEYS[9] then
-  redis.call('HDEL', KEYS[9], ARGV[1])
+  redis.call('HDEL', KEYS[9], ARGV[1], 'q:' .. ARGV[1])
 end
 redis.call('ZADD', KEYS[3], ARGV[4], ARGV[1])
 local view = redis.call('HMGET', KEYS[4], 'state', 'last_id', 'board')

@@ -203,7 +203,7 @@ elseif w.line == 'leave' then
   local place = redis.call('ZSCORE', from, w.job)
   local c = w.cost
   if c then
-    redis.call('HDEL', KEYS[tonumber(c.fronts)], w.job)
+    redis.call('HDEL', KEYS[tonumber(c.fronts)], w.job, 'q:' .. w.job)
     if not place then
       from = KEYS[tonumber(c.parked)]
       place = redis.call('ZSCORE', from, w.job)

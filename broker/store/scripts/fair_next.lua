@@ -104,7 +104,7 @@ for i = 13, #ARGV, 3 do
     begins[#begins + 1] = ARGV[i] .. ' ' .. fmt(line.f - advance)
   end
 end
-if line.front and line.front ~= front then line.tag = math.max(line.tag, after()) end  -- behind its key's runs
+if line.front and line.front ~= front then line.tag = math.min(math.max(line.tag, after()), MAX_TAG) end  -- behind its runs
 save(line)
 if charged > 0 then redis.call('PEXPIRE', KEYS[4], ARGV[7]) end
 begins = table.concat(begins, ' ')

@@ -8,14 +8,21 @@
 --   (one slot: the job's partition {pN})
 -- ARGV[1] job   ARGV[2] its score (band + tag)   ARGV[3] its fronts entry `advance|key|more|next ids…`
 -- ARGV[4] the signals channel   ARGV[5] the message   ARGV[6] a settle's: the message when it moves in the line
---   (`line J`); '' a pass's: a front in the line stays where it is
+--   (`line J`); '' a pass's: a front in the line stays where it is   ARGV[7] a settle's: its key's settle count
+--   (fair_settle.lua `seq`), kept as the front's `q:<job>`: the placing of an older settle, landing after a newer
+--   one's, leaves the front where that one put it (absent: an older replica's, or a pass's)
 -- Returns 1 when it joined the line, 2 when it was there, 0 when it is gone (the caller reports it: fair_next `left`)
+local seq, settled = tonumber(ARGV[7] or ''), 'q:' .. ARGV[1]
+if seq then
+  if seq < tonumber(redis.call('HGET', KEYS[3], settled) or '0') then return 2 end  -- a newer settle placed it
+  redis.call('HSET', KEYS[3], settled, seq)
+end
 if redis.call('ZSCORE', KEYS[2], ARGV[1]) then
   local ok, view = pcall(cjson.decode, redis.call('HGET', KEYS[4], 'state') or '')
   local status = ok and type(view) == 'table' and view.status
   if status == 'completed' or status == 'failed' or status == 'cancelled' then
     redis.call('ZREM', KEYS[2], ARGV[1])
-    redis.call('HDEL', KEYS[3], ARGV[1])
+    redis.call('HDEL', KEYS[3], ARGV[1], settled)
     return 0
   end
   redis.call('ZREM', KEYS[2], ARGV[1])
@@ -33,5 +40,5 @@ if place then
   redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
   return 2
 end
-redis.call('HDEL', KEYS[3], ARGV[1])
+redis.call('HDEL', KEYS[3], ARGV[1], settled)
 return 0

@@ -11,8 +11,10 @@
 -- ARGV[1] fairness key   ARGV[2] priority   ARGV[3] weight   ARGV[4] V   ARGV[5] mode   ARGV[6] guess
 -- ARGV[7] retention ms   ARGV[8] job   ARGV[9] attempt   ARGV[10] measured cost ('': none, the estimate stands)
 -- ARGV[11] now (epoch ms)
--- Returns {applied, delta, at_v, paced, units, front, tag, at_v, advance, paced, more, next ids...}: applied 0 when
--- settled before; units '' when nothing was measured; front '' when the key has none
+-- Returns {applied, delta, at_v, paced, units, seq, front, tag, at_v, advance, paced, more, next ids...}: applied 0
+-- when settled before; units '' when nothing was measured; front '' when the key has none; seq the key's settle
+-- count (its `seq` field), so that the placings of two settles that land out of order keep the later's turn
+-- (fair_promote.lua)
 local MAX_TAG, MAX_ADVANCE, UNIT, FLOOR = 2 ^ 50 - 1, 2 ^ 30, 10000, 1
 local key, p, weight, v = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local function fmt(x) return string.format('%.0f', x) end
@@ -115,7 +117,7 @@ if not redis.call('ZSCORE', KEYS[5], member) then
   if line.front and line.f and redis.call('ZCARD', KEYS[3]) > 0 then
     -- the front moves to the corrected F (behind its key's jobs in flight), with the key's estimate (what a pass
     -- plans its next jobs by)
-    line.tag, line.advance = math.max(line.f, after()), estimate()
+    line.tag, line.advance = math.min(math.max(line.f, after()), MAX_TAG), estimate()
   end
   local now = tonumber(ARGV[11])
   redis.call('ZADD', KEYS[5], ARGV[11], member)
@@ -124,8 +126,10 @@ if not redis.call('ZSCORE', KEYS[5], member) then
   if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('PEXPIRE', KEYS[4], ARGV[7]) end
   save(line)
 end
-local reply = {applied, fmt(delta), at_v, fmt(paced), units and fmt(units) or ''}
+local reply = {applied, fmt(delta), at_v, fmt(paced), units and fmt(units) or '', 0}
 if not line.front then reply[#reply + 1] = '' return reply end
+reply[6] = redis.call('HINCRBY', KEYS[4], 'seq', 1)
+redis.call('PEXPIRE', KEYS[4], ARGV[7])
 local queue = redis.call('ZRANGE', KEYS[3], 0, 16)
 local more = queue[1] == line.front and redis.call('ZCARD', KEYS[3]) - 1 or 0
 for _, x in ipairs({line.front, fmt(line.tag), line.at_v, fmt(line.advance), fmt(line.paced), more}) do

@@ -3,7 +3,6 @@ writes of a settle and its placing are two round trips, and placings may land in
 
 from __future__ import annotations
 
-import pytest
 from redis.asyncio import Redis
 
 from broker.admission import fair
@@ -35,17 +34,14 @@ async def _line(redis: Redis) -> list[str]:
     return [job for _, job in sorted(merged)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: two settles of one key whose placings land out of order leave its front at the older settle's turn "
-    "until its key's next step or settle (a per-key sequence checked by fair_promote would end it)",
-)
 async def test_a_settles_promote_that_lands_late_does_not_move_the_front_back_to_a_stale_tag(redis: Redis) -> None:
     # Two replicas settle two runs of one key and their placings land out of order: the front should stay at the
     # key's turn (the newer correction), ahead of another key's job tagged between the two.
     store = _store(redis)
     jobs = await _backlog(store, redis, KEY, 4)
-    # Given two runs of the key in flight (both charged the guess) and its next job the front at F = 120,000
+    # Given two runs of the key in flight (both claimed and charged the guess) and its next job the front at F = 120,000
+    await redis.zrem(keys.line(keys.partition_of(jobs[0])), jobs[0])  # the pass's claims (admission_claim.lua)
+    await redis.zrem(keys.parked(keys.partition_of(jobs[1])), jobs[1])
     step = await store.step(KEY, P, 1.0, 0, [Step(jobs[0]), Step(jobs[1])])
     assert step.front is not None and step.front.placed.tag == 2 * GUESS
     assert await store.promote([step.front]) == [1]

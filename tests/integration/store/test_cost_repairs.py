@@ -259,3 +259,19 @@ async def test_a_key_step_places_the_front_its_pass_expected_and_leaves_another_
     # and the front a step left unplaced is placed by its caller
     assert await store.promote([second.front]) == [1]
     assert await redis.zscore(keys.line(p2), jobs[2]) == second.front.score
+
+
+async def test_a_front_behind_a_run_started_at_the_end_of_its_band_stays_in_its_band(redis: Redis) -> None:
+    # Given a key whose jobs start at the end of their priority's band (V saturated at MAX_TAG)
+    store = _store(redis)
+    jobs = [f"job_{i:032x}" for i in range(3)]
+    for i, job in enumerate(jobs):
+        await store.enter(job, KEY, P, 1.0, 1_000 + i, fair.MAX_TAG, 0)
+    # When a pass grants its first job there, and the run settles
+    step = await store.step(KEY, P, 1.0, fair.MAX_TAG, [Step(jobs[0])])
+    settled = await store.settle(jobs[0], 1, KEY, P, 1.0, 500.0, fair.MAX_TAG, 2_000)
+    # Then its next front, behind that run, is still in the key's priority (a tag past MAX_TAG would be the next
+    # priority's first place)
+    assert step.front is not None and step.front.placed.tag == fair.MAX_TAG
+    assert settled.front is not None and settled.front.placed.tag <= fair.MAX_TAG
+    assert fair.band_of(step.front.score) == (P, fair.MAX_TAG)
