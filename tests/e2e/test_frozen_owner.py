@@ -72,38 +72,3 @@ def test_a_run_hermes_created_for_a_replica_frozen_past_its_lease_is_stopped_unl
 def running_view(broker: BrokerProcess, job: str) -> dict[str, object] | None:
     view: dict[str, object] = broker.request("GET", f"/v1/runs/{job}")[1]
     return view if view.get("status") == "running" else None
-
-
-def test_a_refusal_answered_to_a_replica_frozen_past_its_lease_leaves_the_new_owners_slot_and_line(
-    start_broker: BrokerFactory, clean_redis: RedisServer, simulator: SimulatorProcess
-) -> None:
-    # Given one slot on Hermes (HERMES_MAX_CONCURRENT 1), slow to answer creates, and a replica whose create of a job's
-    # run is on its way
-    control(simulator, "settings", {"upstream_main": False, "delay_s": LATE_S})
-    env = {**FAST, "HERMES_URL": simulator.url, "RUNS_LEASE": "2000", "HERMES_MAX_CONCURRENT": "1"}
-    frozen = start_broker(redis_url=clean_redis.url, **env)
-    job = create(frozen, "frozen owner sleep:30")
-    until(lambda: creates(simulator) == [job], 15, "the create reached Hermes")
-    control(simulator, "settings", {"delay_s": 0})
-    assert frozen.process is not None
-    # When that replica freezes past its lease, another takes the job over and Hermes runs it, and Hermes then
-    # answers the frozen replica's create 429, which waits in its socket until it thaws
-    frozen.process.send_signal(signal.SIGSTOP)
-    try:
-        survivor = start_broker(redis_url=clean_redis.url, **env)
-        running = until(lambda: running_view(survivor, job), 20, "the job taken over and running")
-        control(simulator, "settings", {"busy": True})
-        until(lambda: answered(simulator), LATE_S + 5, "Hermes answered the frozen replica's create")
-        control(simulator, "settings", {"busy": False})
-    finally:
-        os.kill(frozen.process.pid, signal.SIGCONT)
-    until(lambda: "Lost a job's run lease" in frozen.log_path.read_text(), 15, "the thawed replica let the job go")
-    # Then the job keeps its slot and stays out of the line: a second job waits for the slot, and the job keeps its run
-    second = create(survivor, "second sleep:1")
-    deadline = time.monotonic() + 3  # a pass runs every few hundred ms: a freed slot would be granted by then
-    while time.monotonic() < deadline:
-        assert survivor.request("GET", f"/v1/runs/{second}")[1]["status"] == "queued"
-        time.sleep(0.2)
-    view = survivor.request("GET", f"/v1/runs/{job}")[1]
-    assert view["status"] == "running" and view["hermes_run_id"] == running["hermes_run_id"], view
-    assert live_runs(simulator) == 1
