@@ -120,7 +120,8 @@ end
 
 local turned_at_v = false
 if w.line == 'enter' and w.cost and w.cost.turn then
-  -- a single Redis: the key's cost-aware turn (fair_turn_cost.lua, composed in), before anything is written
+  -- a single Redis: the key's cost-aware turn (fair_turn_cost.lua, composed in), before anything is written (its
+  -- first write a ZADD, which a Redis past maxmemory refuses: then nothing is)
   local c, k, first = w.cost, w.cost.turn, tonumber(w.cost.turn.first)
   local r = fair_turn_cost({unpack(KEYS, first, first + 4)}, k.args)
   w.place = string.format('%.0f', tonumber(k.band) + tonumber(r[1]))

@@ -4,7 +4,9 @@
 -- dropped as fair_turn.lua does), charged nothing yet; a key with waiting jobs parks it behind them, at its projection
 -- (F plus the estimates of the jobs ahead: a fallback order only). The estimate is the key's History's (or the
 -- guess), read here: a create reads nothing first. Run before the job write (the key's partition), as fair_turn.lua.
--- A retried create (the job already queued) places it as before: the front again, or parked.
+-- A retried create (the job already queued) places it as before: the front again, or parked. Its first write is a
+-- ZADD (a command Redis refuses past maxmemory): Redis refuses a script's writes only up to its first one, and in a
+-- job write (append_events.lua, where this runs first on a single Redis) a full Redis must refuse the create whole.
 -- KEYS[1] the priority's turns zset   KEYS[2] the priority's keys hash   KEYS[3] the key's queue zset
 -- KEYS[4] the key's cost hash   KEYS[5] the key's settled zset   (one slot: the key's partition {pK})
 -- ARGV[1] fairness key   ARGV[2] priority   ARGV[3] weight   ARGV[4] V (cost.entering)   ARGV[5] mode
@@ -59,8 +61,8 @@ if not last then
   local tag = math.min(math.max(line.f or 0, v), MAX_TAG)
   local at_v = tag == v and '1' or '0'
   local paced = tag == v and (tonumber(ARGV[10]) or advance) or 0
+  redis.call('ZADD', KEYS[3], fmt(arrived), job)  -- a ZADD first: a Redis past maxmemory refuses the script here
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', fmt(v))
-  redis.call('ZADD', KEYS[3], fmt(arrived), job)
   save({f = tag, projected = math.min(tag + advance, MAX_TAG), front = job, tag = tag, at_v = at_v, advance = advance,
     paced = paced})
   return {fmt(tag), 0, at_v, fmt(advance), fmt(paced)}
