@@ -211,10 +211,10 @@ class Runner:
                     turn_since_ms=self._turn_since,
                 ),
             )
-        except (LeaseLost, asyncio.CancelledError):  # taken over (or a drain) before the run was recorded: a second
-            if isinstance(
-                outcome, Accepted
-            ):  # run of the job, unless replayed (or recorded after all: then it is left)
+        except (LeaseLost, asyncio.CancelledError):
+            # taken over (or a drain) before the run was recorded: a second run of the job, unless Hermes replayed
+            # the new owner's create with it (or the record landed after all): forsaken.py tells which
+            if isinstance(outcome, Accepted):
                 forsaken.forsake(deps, self.job_id, action.attempt, self.slot_upstream, outcome.run_id)
             raise
         if isinstance(outcome, Accepted):
