@@ -149,7 +149,7 @@ async def test_turns_waiting_for_their_sessions_hold_no_slot_from_a_sessionless_
 ) -> None:
     # Given two Hermes slots, each held by the first turn of a session, with twenty more turns of each waiting
     replica = await make_replica(hermes_max_concurrent=2)
-    holders = [(await create(replica, {"input": "hold sleep:4", "session_id": f"s-w{n}"}))["run_id"] for n in range(2)]
+    holders = [(await create(replica, {"input": "hold sleep:30", "session_id": f"s-w{n}"}))["run_id"] for n in range(2)]
     for job_id in holders:
         await eventually(lambda job_id=job_id: _status(replica, job_id, "running"))
     waiting = [
