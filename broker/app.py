@@ -27,7 +27,7 @@ from broker.config import Config
 from broker.console import routes as console
 from broker.driver.deps import Deps
 from broker.driver.gate import Gate
-from broker.driver.supervisor import Supervisor
+from broker.driver.supervisor import DRAIN_WAIT_S, Supervisor
 from broker.errors import LegacyLayout
 from broker.hermes.client import HermesClient
 from broker.hermes.fleet import Fleet
@@ -238,7 +238,13 @@ async def _driver_context(app: web.Application) -> AsyncIterator[None]:
         affinity=_affinity(app, app[redis_key]),
         conversations=app[conversations_key],
     )
-    supervisor = Supervisor(app[redis_key], deps, concurrency=config.runs_concurrency, replica=app[replica_key])
+    supervisor = Supervisor(
+        app[redis_key],
+        deps,
+        concurrency=config.runs_concurrency,
+        replica=app[replica_key],
+        drain_wait_s=min(DRAIN_WAIT_S, config.shutdown_grace_ms / 2000),  # half the grace: the rest for requests
+    )
     gate.wake = supervisor.ring
     app[supervisor_key] = supervisor
     supervisor.start()

@@ -7,11 +7,16 @@ key (upstream main) answered the new owner with this very run, which is then lef
 Whose run it is shows once the job's view records a run of that attempt or later (the new owner's), or the job
 ended: until then the run is watched (every RUNS_POLL_INTERVAL, at most RUNS_HOLD). A stop Hermes does not answer is
 left to the upstream's prober, as a run left on a lost upstream is (broker/driver/prober.py).
+
+A drain is the one case where the replica still holds the job: it waits for the answer and records the run itself
+(Runner.record_unrecorded), so the watch finds the job following it.
 """
 
 from __future__ import annotations
 
 import asyncio
+
+from attrs import frozen
 
 from broker.driver.deps import Deps
 from broker.errors import JobNotFound
@@ -20,20 +25,42 @@ from broker.logging import get_logger
 from broker.store.outage import log_failure
 
 
-def when_answered(
-    deps: Deps, job_id: str, attempt: int, upstream: str | None, create: asyncio.Future[CreateOutcome]
-) -> None:
-    """The runner stopped waiting for its create (its lease lost, the job taken over): a run Hermes accepts for it
-    after all is forsaken."""
+@frozen
+class Unrecorded:
+    """A create of the job's `attempt` on `upstream` whose answer its runner stopped waiting for, or recording."""
+
+    create: asyncio.Future[CreateOutcome]
+    attempt: int
+    upstream: str | None
+
+
+def when_answered(deps: Deps, job_id: str, unrecorded: Unrecorded) -> None:
+    """The runner stopped waiting for its create (its lease lost, the job taken over, a drain): a run Hermes accepts
+    for it after all is forsaken unless the job follows it."""
 
     def answered(done: asyncio.Future[CreateOutcome]) -> None:
         if done.cancelled() or done.exception() is not None:
             return
         outcome = done.result()
         if isinstance(outcome, Accepted):
-            forsake(deps, job_id, attempt, upstream, outcome.run_id)
+            forsake(deps, job_id, unrecorded.attempt, unrecorded.upstream, outcome.run_id)
 
-    create.add_done_callback(answered)
+    unrecorded.create.add_done_callback(answered)
+
+
+async def answered(deps: Deps, job_id: str, token: str, unrecorded: Unrecorded, timeout_s: float) -> bool:
+    """Wait for Hermes's answer to the create within `timeout_s`, keeping the job's run lease (a drain stopped its
+    renewals); False: no answer, or the lease lost."""
+    loop, leases, create = asyncio.get_running_loop(), deps.leases, unrecorded.create
+    deadline = loop.time() + timeout_s
+    while await leases.renew(job_id, token, deps.clock.now_ms()):
+        if create.done():
+            return not create.cancelled() and create.exception() is None
+        left = deadline - loop.time()
+        if left <= 0:
+            return False
+        await asyncio.wait({create}, timeout=min(left, leases.lease_ms / 3000))
+    return False
 
 
 def forsake(deps: Deps, job_id: str, attempt: int, upstream: str | None, run_id: str) -> None:
@@ -64,11 +91,16 @@ async def _stop_unless_followed(deps: Deps, job_id: str, attempt: int, upstream:
                 log.warning("A run Hermes created for a job this replica lost is left running.", extra=fields)
                 return
             await asyncio.sleep(deps.poll_interval_ms / 1000)
-        outcome = await deps.client(upstream).stop(run_id)
-        if not isinstance(outcome, Stopping | NotFound | Rejected):  # no answer: the prober stops it later
-            await deps.gate.store.health.orphan(upstream, run_id, deps.clock.now_ms())
+        await stop(deps, upstream, run_id)
         log.warning("Stopped a second run Hermes created for a job this replica lost.", extra=fields)
     except Exception as error:  # a task of its own: logged here
         log_failure(
             log, error, outage="Lost Redis watching a forsaken run.", bug="Could not stop a forsaken run.", **fields
         )
+
+
+async def stop(deps: Deps, upstream: str | None, run_id: str) -> None:
+    """Stop a run no job follows; one Hermes does not answer is left to the upstream's prober (an orphan)."""
+    outcome = await deps.client(upstream).stop(run_id)
+    if not isinstance(outcome, Stopping | NotFound | Rejected):
+        await deps.gate.store.health.orphan(upstream, run_id, deps.clock.now_ms())

@@ -60,6 +60,8 @@ class Runner:
         self._moved = moved  #: (from, reason): its session moved to `upstream` (SPEC S10), recorded before the create
         self.ran = False  #: a run of the job was live on Hermes under this slot (its release frees capacity)
         self.queued: Queue | None = None  #: set when the run ends QUEUED
+        #: a create whose answer this runner stopped waiting for (or recording) when it was cancelled
+        self.unrecorded: forsaken.Unrecorded | None = None
         self.view: JobView | None = None  #: the job as last seen
         self._deps = deps
         self._stored = stored  #: the job's view hash as read with the grant (None: read it first)
@@ -182,7 +184,8 @@ class Runner:
         try:
             outcome = await asyncio.shield(create)
         except asyncio.CancelledError:  # the lease lost (or a drain) while Hermes creates the run
-            forsaken.when_answered(deps, self.job_id, action.attempt, self.slot_upstream, create)
+            self.unrecorded = forsaken.Unrecorded(create, action.attempt, self.slot_upstream)
+            forsaken.when_answered(deps, self.job_id, self.unrecorded)
             raise
         now, policy = deps.clock.now_ms(), deps.policy
         refused = decide.refusal_of(outcome)
@@ -215,18 +218,13 @@ class Runner:
             # taken over (or a drain) before the run was recorded: a second run of the job, unless Hermes replayed
             # the new owner's create with it (or the record landed after all): forsaken.py tells which
             if isinstance(outcome, Accepted):
-                forsaken.forsake(deps, self.job_id, action.attempt, self.slot_upstream, outcome.run_id)
+                self.unrecorded = forsaken.Unrecorded(create, action.attempt, self.slot_upstream)
+                forsaken.forsake(deps, self.job_id, self.unrecorded.attempt, self.unrecorded.upstream, outcome.run_id)
             raise
         if isinstance(outcome, Accepted):
-            self.ran = True
-            await deps.gate.accepted(self.job_id, now, upstream=self.slot_upstream)
-            await self._remember_session(snapshot.view)
-            accepted = (
-                snapshot.view.accepted_attempt == action.attempt and snapshot.view.hermes_run_id == outcome.run_id
-            )
-            if not accepted:
+            if not await self._ran(snapshot.view, action.attempt, outcome.run_id, now):
                 # The job ended (a stop) while Hermes was creating the run: stop the orphan.
-                await deps.client(self.slot_upstream).stop(outcome.run_id)
+                await forsaken.stop(deps, self.slot_upstream, outcome.run_id)
             else:
                 if self._pump is not None:  # an earlier attempt's stream: closed, not left open beside the new one
                     await self._pump.close()
@@ -234,6 +232,39 @@ class Runner:
                     self._pump = Pump(deps.client(self.slot_upstream), action.attempt, outcome.run_id)
                 self._log.info("Following a Hermes run.", extra={"job": self.job_id, "hermesRun": outcome.run_id})
         return snapshot
+
+    async def _ran(self, view: JobView, attempt: int, run_id: str, now: int) -> bool:
+        """Hermes accepted `run_id` for `attempt` under this runner's slot: its capacity is taken; is it the job's?"""
+        self.ran = True
+        await self._deps.gate.accepted(self.job_id, now, upstream=self.slot_upstream)
+        await self._remember_session(view)
+        return view.accepted_attempt == attempt and view.hermes_run_id == run_id
+
+    async def record_unrecorded(self, timeout_s: float) -> bool:
+        """A drain cancelled this runner while Hermes created the job's run (or while its answer was recorded): wait
+        for the answer and record an accepted run under the lease the drain still holds, so the job's next owner
+        follows that run instead of creating a second one (Hermes 0.19 ignores the create's key). True: recorded."""
+        unrecorded, self.unrecorded = self.unrecorded, None
+        if unrecorded is None or not await forsaken.answered(
+            self._deps, self.job_id, self.token, unrecorded, timeout_s
+        ):
+            return False
+        outcome = unrecorded.create.result()
+        if not isinstance(outcome, Accepted):
+            return False
+        now, policy, attempt = self._deps.clock.now_ms(), self._deps.policy, unrecorded.attempt
+        upstream = unrecorded.upstream or self._deps.upstream
+        try:
+            snapshot = await self._commit(
+                await self._reload(),
+                lambda v: decide.on_create(v, attempt, outcome, now, retry_at_ms=now, policy=policy, upstream=upstream),
+            )
+        except LeaseLost:
+            return False  # taken over meanwhile: forsaken.py watches the run
+        view = snapshot.view
+        if view.accepted_attempt == attempt and view.hermes_run_id == outcome.run_id:
+            return await self._ran(view, attempt, outcome.run_id, now)
+        return False  # not the job's run (it ended): forsaken.py stops it
 
     async def _stop(self, snapshot: Snapshot, run_id: str) -> Snapshot:
         outcome = await self._run_client(snapshot.view).stop(run_id)

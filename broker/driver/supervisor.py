@@ -49,10 +49,15 @@ HELD_RECHECK_MS = 600_000
 #: JOIN_LINGER_S, not one each (a pass at Hermes's limit still costs a round trip), and a job waits at most this for
 #: its pass (a lone create none).
 JOIN_LINGER_S = 0.01
+#: A drain waits at most this long for Hermes's answers to the creates on their way (SHUTDOWN_GRACE bounds it too).
+DRAIN_WAIT_S = 10.0
 
 
 class Supervisor:
-    def __init__(self, redis: Redis, deps: Deps, *, concurrency: int, replica: str = "") -> None:
+    def __init__(
+        self, redis: Redis, deps: Deps, *, concurrency: int, replica: str = "", drain_wait_s: float = DRAIN_WAIT_S
+    ) -> None:
+        self._drain_wait_s = drain_wait_s  #: how long a drain waits for Hermes to answer creates on their way
         self.replica = replica or new_replica_id()
         self._redis = redis
         self._deps = deps
@@ -118,6 +123,7 @@ class Supervisor:
             self._joining = None
         owned = [(runner, task) for runner, task in self._runners.values()]
         await cancel_all(task for _, task in owned)
+        await self._record_answers([runner for runner, _ in owned])
         now = self._deps.clock.now_ms()
         handed = 0
         for runner, _ in owned:
@@ -127,6 +133,27 @@ class Supervisor:
                 handed += await self._leases.release(runner.job_id, runner.token, due_at_ms=now, enqueue=True)
         self._log.info("Handed jobs back on shutdown.", extra={"replica": self.replica, "jobs": handed})
         return handed
+
+    async def _record_answers(self, runners: list[Runner]) -> None:
+        """Runs Hermes is creating for jobs being handed back are waited for (within the drain's budget) and recorded,
+        so their next owners follow them rather than create a second run."""
+        waiting = [runner for runner in runners if runner.unrecorded is not None]
+        if not waiting:
+            return
+        answers = await asyncio.gather(
+            *(runner.record_unrecorded(self._drain_wait_s) for runner in waiting), return_exceptions=True
+        )
+        recorded = sum(answer is True for answer in answers)
+        for runner, answer in zip(waiting, answers, strict=True):
+            if isinstance(answer, BaseException) and not isinstance(answer, asyncio.CancelledError):
+                log_failure(
+                    self._log,
+                    answer,
+                    outage="Lost Redis recording a run on shutdown.",
+                    bug="Could not record a run on shutdown.",
+                    job=runner.job_id,
+                )
+        self._log.info("Recorded runs created while draining.", extra={"waited": len(waiting), "recorded": recorded})
 
     async def _guarded(self, loop: Callable[[], Awaitable[None]]) -> None:
         """Keep a background loop alive through Redis outages (log, back off, go on)."""

@@ -1,6 +1,7 @@
 """A replica frozen (SIGSTOP: its sockets stay open, nothing resets) while Hermes creates its job's run, for longer
 than its run lease (SPEC S4 "One job, one thread, one Hermes run at a time"): another replica takes the job over and
-runs it; the frozen one, thawed, reads Hermes's late answer to its create and must leave the job one run."""
+runs it; the frozen one, thawed, reads Hermes's late answer to its create and must leave the job one run. A replica
+SIGTERMed while its create is on its way waits for the answer and hands the job back with that run."""
 
 from __future__ import annotations
 
@@ -72,3 +73,24 @@ def test_a_run_hermes_created_for_a_replica_frozen_past_its_lease_is_stopped_unl
 def running_view(broker: BrokerProcess, job: str) -> dict[str, object] | None:
     view: dict[str, object] = broker.request("GET", f"/v1/runs/{job}")[1]
     return view if view.get("status") == "running" else None
+
+
+def test_a_replica_sigtermed_while_hermes_creates_its_jobs_run_hands_the_job_back_with_that_run(
+    start_broker: BrokerFactory, clean_redis: RedisServer, simulator: SimulatorProcess
+) -> None:
+    # Given a Hermes that ignores the Idempotency-Key (0.19), slow to answer a replica's create of a job's run
+    control(simulator, "settings", {"delay_s": 2})
+    env = {**FAST, "HERMES_URL": simulator.url, "SHUTDOWN_GRACE": "10000"}  # a drain waits up to half of it
+    leaving = start_broker(redis_url=clean_redis.url, **env)
+    job = create(leaving, "drained owner sleep:30")
+    until(lambda: creates(simulator) == [job], 15, "the create reached Hermes")
+    control(simulator, "settings", {"delay_s": 0})
+    # When the replica is SIGTERMed (a rollout) before Hermes answers, and another replica runs
+    assert leaving.terminate() == 0
+    survivor = start_broker(redis_url=clean_redis.url, **env)
+    # Then the drain waited for the answer and recorded the run, the new owner follows it, and it is the only one
+    running = until(lambda: running_view(survivor, job), 20, "the job taken over and running")
+    assert live_runs(simulator) == 1
+    assert creates(simulator) == [job]
+    with urllib.request.urlopen(f"{simulator.url}/v1/runs/{running['hermes_run_id']}", timeout=5) as answer:
+        assert json.loads(answer.read())["status"] == "running"

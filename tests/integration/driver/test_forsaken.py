@@ -19,12 +19,40 @@ from tests.integration.driver.conftest import create, eventually, job, settled
 LATE_S = 1.5
 
 
+def creates(sim: Simulator) -> list[dict[str, Any]]:
+    """The creates Hermes got."""
+    return [entry for entry in sim.requests if entry["method"] == "POST" and entry["path"] == "/v1/runs"]
+
+
 def create_answered(sim: Simulator) -> bool:
     first = next(entry for entry in sim.requests if entry["method"] == "POST" and entry["path"] == "/v1/runs")
     return first["status"] is not None
 
 
-async def test_a_run_accepted_while_its_answer_is_recorded_when_a_drain_cancels_the_runner_is_stopped(
+async def test_a_drain_waits_for_hermes_to_answer_a_create_and_the_next_owner_follows_that_run(
+    make_replica: ClientFactory, sim: Simulator
+) -> None:
+    # Given a Hermes that ignores the Idempotency-Key (0.19), slow to answer a replica's create of a job's run
+    sim.settings.delay_s = LATE_S
+    draining = await make_replica()
+    job_id = (await create(draining, {"input": "drained sleep:10"}))["run_id"]
+    await eventually(lambda: _async(creates(sim)))
+    sim.settings.delay_s = 0
+    # When the replica drains (SIGTERM) while the create is on its way
+    assert await draining.app[supervisor_key].drain() == 1  # type: ignore[index]
+    # Then it hands the job back with Hermes's run recorded, and the next owner follows that run: one run in all
+    first = creates(sim)[0]["run_id"]
+    assert (await job(draining, job_id))["hermes_run_id"] == first
+    survivor = await make_replica()
+    await eventually(lambda: _async(survivor.app[supervisor_key].active == 1))  # type: ignore[index]
+    assert (await job(survivor, job_id))["status"] == "running"
+    assert len(creates(sim)) == 1 and sim.active_count() == 1
+    assert (await survivor.post(f"/v1/runs/{job_id}/stop")).status == 200
+    await settled(survivor, job_id)
+    assert len(creates(sim)) == 1
+
+
+async def test_a_run_accepted_while_its_answer_is_recorded_when_a_drain_cancels_the_runner_is_recorded_by_the_drain(
     make_replica: ClientFactory, sim: Simulator, redis: Redis
 ) -> None:
     # Given a Hermes that ignores the Idempotency-Key (0.19), slow to answer a replica's create of a job's run, and
@@ -33,7 +61,7 @@ async def test_a_run_accepted_while_its_answer_is_recorded_when_a_drain_cancels_
     sim.settings.delay_s = LATE_S
     draining = await make_replica(runs_lease_ms=10_000)  # no renewal is due while writes wait
     job_id = (await create(draining, {"input": "drained sleep:10"}))["run_id"]
-    await eventually(lambda: _async([e for e in sim.requests if e["path"] == "/v1/runs"]))
+    await eventually(lambda: _async(creates(sim)))
     sim.settings.delay_s = 0
     await redis.execute_command("CLIENT", "PAUSE", 10_000, "WRITE")
     try:
@@ -45,7 +73,8 @@ async def test_a_run_accepted_while_its_answer_is_recorded_when_a_drain_cancels_
     finally:
         await redis.execute_command("CLIENT", "UNPAUSE")
     assert await drain == 1
-    # and another replica takes the job and runs it (Hermes makes a second run: it ignores the key)
+    # Then the drain records the run Hermes accepted before it hands the job back, and another replica follows it:
+    # the job keeps one run
     survivor = await make_replica()
 
     async def running() -> dict[str, Any] | None:
@@ -53,12 +82,9 @@ async def test_a_run_accepted_while_its_answer_is_recorded_when_a_drain_cancels_
         return current if current["status"] == "running" else None
 
     followed = (await eventually(running))["hermes_run_id"]
-    # Then the run Hermes accepted for the drained replica is stopped: the job keeps one run, the one it follows
-    forsaken = next(entry["run_id"] for entry in sim.requests if entry["path"] == "/v1/runs")
-    assert forsaken != followed
-    await eventually(lambda: _async(sim.active_count() == 1))
-    assert sim.runs[str(forsaken)].status == "cancelled"
-    assert sim.runs[followed].task is not None and not sim.runs[followed].task.done()
+    assert followed == creates(sim)[0]["run_id"]
+    await eventually(lambda: _async(survivor.app[supervisor_key].active == 1))  # type: ignore[index]
+    assert len(creates(sim)) == 1 and sim.active_count() == 1
     assert (await survivor.post(f"/v1/runs/{job_id}/stop")).status == 200  # done: not followed to its end
     await settled(survivor, job_id)
 
