@@ -48,7 +48,8 @@ hbr:{pN}:q:<prio>:<K>        zset    key K's waiting first attempts -> arrival o
 hbr:{pN}:cost:<K>            hash    K's History (`avg`, `n`, its settled runs' costs)   RUNS_RETENTION from its
                                      and `c:<J>` = what the grant of J's run in flight   last write; as `keys`
                                      charged, `p|units|start|at_v|paced|weight|attempt`
-                                     `|guessed` (1: the guess; absent: not)
+                                     `|guessed` (1: the guess; absent: not); `seq` its
+                                     settles' count (begun at the ms of the first)
 hbr:{pN}:settled:<K>         zset    `<J>:<attempt>` of K's settled charges -> when      RUNS_RETENTION from its
                                      (a second grant or settle of them charges nothing)  last write, older entries
                                                                                        trimmed; fair_settle
@@ -56,7 +57,8 @@ hbr:{pN}:parked              zset    first attempts waiting behind their key's f
                                      -> `band + projection` (fallback order only)        fair_promote
 hbr:{pN}:fronts              hash    a front of the partition's line -> `advance|more|   none; job write, claim,
                                      next ids|key` (what a pass plans its key by; the    fair_promote
-                                     key last: it may hold any character)
+                                     key last: it may hold any character); `q:<J>` the
+                                     `seq` a settle placed front J with (goes with J's)
 hbr:{pN}:board:outbox        stream  due board deliveries; group `senders`             acked; job write, promoter
 hbr:{pN}:board:due           zset    job id -> when a coalesced refresh is due         none; job write, sender
 hbr:{pN}:board:index         zset    job id -> sourceActivityAt + HERMES_TTL           none; job write

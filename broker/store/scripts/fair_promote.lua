@@ -15,7 +15,7 @@
 local seq, settled = tonumber(ARGV[7] or ''), 'q:' .. ARGV[1]
 if seq then
   if seq < tonumber(redis.call('HGET', KEYS[3], settled) or '0') then return 2 end  -- a newer settle placed it
-  redis.call('HSET', KEYS[3], settled, seq)
+  redis.call('HSET', KEYS[3], settled, ARGV[7])  -- as given: a number past 14 digits would be written rounded
 end
 if redis.call('ZSCORE', KEYS[2], ARGV[1]) then
   local ok, view = pcall(cjson.decode, redis.call('HGET', KEYS[4], 'state') or '')

@@ -13,8 +13,8 @@
 -- ARGV[11] now (epoch ms)
 -- Returns {applied, delta, at_v, paced, units, seq, front, tag, at_v, advance, paced, more, next ids...}: applied 0
 -- when settled before; units '' when nothing was measured; front '' when the key has none; seq the key's settle
--- count (its `seq` field), so that the placings of two settles that land out of order keep the later's turn
--- (fair_promote.lua)
+-- count (its `seq` field, from now in ms when the field is new), so that the placings of two settles that land out
+-- of order keep the later's turn (fair_promote.lua)
 local MAX_TAG, MAX_ADVANCE, UNIT, FLOOR = 2 ^ 50 - 1, 2 ^ 30, 10000, 1
 local key, p, weight, v = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local function fmt(x) return string.format('%.0f', x) end
@@ -128,6 +128,11 @@ if not redis.call('ZSCORE', KEYS[5], member) then
 end
 local reply = {applied, fmt(delta), at_v, fmt(paced), units and fmt(units) or '', 0}
 if not line.front then reply[#reply + 1] = '' return reply end
+if redis.call('HEXISTS', KEYS[4], 'seq') == 0 then
+  -- a new count (the key's first settle, or its cost hash expired: a run or a hold longer than the retention) starts
+  -- at now (ms): above the count any of its fronts was placed with, unless the key settled more than once per ms
+  redis.call('HSET', KEYS[4], 'seq', ARGV[11])
+end
 reply[6] = redis.call('HINCRBY', KEYS[4], 'seq', 1)
 redis.call('PEXPIRE', KEYS[4], ARGV[7])
 local queue = redis.call('ZRANGE', KEYS[3], 0, 16)

@@ -3,9 +3,12 @@ writes of a settle and its placing are two round trips, and placings may land in
 
 from __future__ import annotations
 
+import asyncio
+
 from redis.asyncio import Redis
 
 from broker.admission import fair
+from broker.admission.cost import CostSettings
 from broker.store import keys
 from broker.store.cost_store import CostStore, Step
 from broker.store.replies import text
@@ -115,3 +118,38 @@ async def test_a_settles_move_of_the_front_keeps_it_behind_an_earlier_job_of_its
         await store.promote([done.front], move=True)
     # Then the key's jobs still wait in their order: the one given back first
     assert await _line(redis) == [jobs[2], jobs[3]], (begins, await store.key_line(KEY, P))
+
+
+async def test_a_settle_after_its_keys_cost_hash_expired_still_moves_the_front(redis: Redis) -> None:
+    # The settles' count (`seq`) lives in the key's cost hash, which expires RUNS_RETENTION after its last write: a
+    # run longer than that, or a key held by its token budget as long, settles into a new count. Its placing must
+    # still move the key's front to the corrected turn, not yield to the larger count an earlier settle placed the
+    # front with (every later settle's placing would be dropped until the new count passed it).
+    store = CostStore(redis, CostSettings(guess=GUESS), 300)
+    jobs = await _backlog(store, redis, KEY, 5)
+    # Given three runs of the key in flight (claimed, each charged the guess) and its next job the front
+    for job in jobs[:3]:
+        await redis.zrem(keys.line(keys.partition_of(job)), job)  # the pass's claims (admission_claim.lua)
+        await redis.zrem(keys.parked(keys.partition_of(job)), job)
+    step = await store.step(KEY, P, 1.0, 0, [Step(job) for job in jobs[:3]])
+    assert step.front is not None and step.front.placed.job == jobs[3]
+    assert await store.promote([step.front]) == [1]
+    # and two of them settled (1 s each), their placings done
+    for n, job in enumerate(jobs[:2]):
+        done = await store.settle(job, 1, KEY, P, 1.0, 1_000.0, 0, 2_000 + n)
+        assert done.front is not None and await store.promote([done.front], move=True) == [2]
+    # When the key's cost hash expires (no grant nor settle of the key for its retention) and the third run settles
+    history = keys.cost_history(KEY)
+    for _ in range(100):
+        if not await redis.exists(history):
+            break
+        await asyncio.sleep(0.05)
+    assert not await redis.exists(history)
+    done = await store.settle(jobs[2], 1, KEY, P, 1.0, 1_000.0, 0, 3_000)
+    assert done.front is not None and done.front.placed.job == jobs[3]
+    await store.promote([done.front], move=True)
+    # Then the front waits at its key's corrected turn
+    line = await store.key_line(KEY, P)
+    assert line.placed is not None
+    score = await redis.zscore(keys.line(keys.partition_of(jobs[3])), jobs[3])
+    assert (line.placed.job, score) == (jobs[3], fair.score(P, line.placed.tag)), done.front
