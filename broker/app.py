@@ -269,7 +269,8 @@ async def _deltas_context(app: web.Application) -> AsyncIterator[None]:
 async def _usage_context(app: web.Application) -> AsyncIterator[None]:
     """Every driving replica counts the usage facts its and the others' job writes left (SPEC S4.5)."""
     quota = app[admission_key].quota
-    sweep = UsageSweep(app[usage_key], app[metrics_key], budgets=quota.budgets if quota is not None else None)
+    budgets = quota.budgets if quota is not None else None
+    sweep = UsageSweep(app[usage_key], app[metrics_key], budgets=budgets, settle=app[store_key].settle_missed)
     sweep.start()
     yield
     await sweep.stop()

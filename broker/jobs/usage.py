@@ -1,11 +1,14 @@
 """Every replica's usage sweep (SPEC S4.5): the usage facts job writes left in their partitions are counted in their
 hours' buckets, then taken off. Two replicas may take the same fact; its hour's markers count it once, and only the
-replica that counted it adds it to its /metrics totals (so the totals of all replicas add up to the buckets)."""
+replica that counted it adds it to its /metrics totals (so the totals of all replicas add up to the buckets). Under
+ADMISSION_FAIRNESS_COST time or tokens the facts of settled runs whose charge is still in flight are settled too
+(`settle`: a crash or an outage between a run's job write and its settle, SPEC S4.2 "What a turn costs")."""
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
 
 from broker.logging import get_logger
 from broker.metrics import Metrics
@@ -20,10 +23,18 @@ SWEEP_S = 1.0  #: how often a replica looks at the partitions (a settled run sho
 
 class UsageSweep:
     def __init__(
-        self, store: UsageStore, metrics: Metrics, *, every_s: float = SWEEP_S, budgets: Budgets | None = None
+        self,
+        store: UsageStore,
+        metrics: Metrics,
+        *,
+        every_s: float = SWEEP_S,
+        budgets: Budgets | None = None,
+        settle: Callable[[Sequence[Used]], Awaitable[None]] | None = None,
     ) -> None:
         self._store = store
         self._budgets = budgets  #: the keys' token budgets (SPEC S4.4) add the tokens of the runs counted here
+        #: the runs the facts settle whose charge their job write's settle left in flight (JobStore.settle_missed)
+        self._settle = settle
         self._metrics = metrics
         self._every_s = every_s
         self._task: asyncio.Task[None] | None = None
@@ -50,6 +61,8 @@ class UsageSweep:
         counted = [used for used, new in zip(facts, await self._store.count(facts), strict=True) if new]
         if self._budgets is not None:
             await self._budgets.counted(counted)
+        if self._settle is not None:  # every fact taken, counted here or not: settling an attempt twice charges once
+            await self._settle([used for used in facts if used.settles])
         await self._store.clear(readable)
         for used in counted:
             self._observe(used)

@@ -16,7 +16,7 @@ store then has no CostEntry.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from redis.asyncio import Redis
 
@@ -182,6 +182,27 @@ class CostEntry:
             if done.applied and done.at_v and measured is not None:
                 await self._newcomer_settled(measured)
             await self.place(done.front, s.fairness_weight, virtual, move=True)
+
+    async def missed(
+        self,
+        facts: Sequence[Used],
+        views: Callable[[Sequence[str]], Awaitable[Sequence[JobView | None]]],
+        virtual: Callable[[int], int],
+    ) -> None:
+        """The runs `facts` settle (the usage sweep's) whose job's charge is still in flight (`c:<job>`) are settled
+        as the job write's own settle would have: a crash or an outage after the write lost it. `virtual`: V by
+        priority. A run whose settle is only late (the sweep read its fact first) is settled once all the same."""
+        settling = [used for used in facts if used.settles]
+        jobs = [used.marker.partition(":")[0] for used in settling]
+        charged = await self.store.charges_in_flight(
+            [(job, used.key) for job, used in zip(jobs, settling, strict=True)]
+        )
+        missed = [(job, used) for job, used, flying in zip(jobs, settling, charged, strict=True) if flying]
+        if not missed:
+            return
+        for (_, used), view in zip(missed, await views([job for job, _ in missed]), strict=True):
+            if view is not None:
+                await self.settled(view, [used], virtual(view.scheduling.priority), view.updated_at_ms)
 
     async def _newcomer_settled(self, measured: float) -> None:
         """A newcomer's run settled: the newcomers' recent cost learnt (fair_fresh.lua). Pacing only: a failure is

@@ -249,6 +249,16 @@ class CostStore:
         """Has a grant of the job charged its key a run still in flight (`c:<job>`)?"""
         return bool(await self._redis.hexists(keys.cost_history(key), f"c:{job}"))
 
+    async def charges_in_flight(self, jobs: Sequence[tuple[str, str]]) -> list[bool]:
+        """For each (job, its fairness key): has a grant of the job charged its key a run still in flight? (One
+        pipeline.)"""
+        if not jobs:
+            return []
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for job, key in jobs:
+                pipe.hexists(keys.cost_history(key), f"c:{job}")
+            return [bool(found) for found in await pipe.execute()]
+
     async def promote(self, fronts: Sequence[Front], *, move: bool = False) -> list[int]:
         """Place each front in its partition's line (fair_promote.lua, one pipeline): 1 joined, 2 there already (with
         `move`, a settle's correction of its key's turn, moved to its place given unless a later settle of its key

@@ -32,6 +32,7 @@ from broker.store.scripts import Scripts, as_strings, ring_work
 from broker.tasks import SharedRead
 from projections.board import BoardState
 from projections.job import JobView, fold
+from projections.usage import Used
 
 START = "0-0"
 
@@ -379,6 +380,13 @@ class JobStore:
     async def load(self, job_id: str) -> Snapshot | None:
         """The stored view, refolded from the stream when this replica cannot decode it."""
         return await self.snapshot_of(job_id, cast(dict[str, str], await self._redis.hgetall(keys.view(job_id))))
+
+    async def settle_missed(self, facts: Sequence[Used]) -> None:
+        """Settle the runs that `facts` (usage facts of settled runs, read by the usage sweep) settle whose charge is
+        still in flight (SPEC S4.2 "What a turn costs"): the settle that follows a run's job write was lost to a crash
+        or an outage between the two round trips. fair_settle.lua settles an attempt once, whoever comes first."""
+        if self._cost is not None:
+            await self._cost.missed(facts, self.views, self._virtual.settling)
 
     async def views(self, job_ids: Sequence[str]) -> list[JobView | None]:
         """The stored views of several jobs, in one pipeline (None: none, or unreadable by this replica)."""

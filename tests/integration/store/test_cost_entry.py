@@ -11,17 +11,20 @@ import pytest
 from redis.asyncio import Redis
 
 from broker.admission import fair
-from broker.admission.cost import CostMode, CostSettings
+from broker.admission.cost import CostMode, CostSettings, History
 from broker.admission.pacing import Pacing
 from broker.admission.quotas import Bound
 from broker.errors import QueueFull
-from broker.events import JobCreated, JobFinished, JobStatus, Scheduling, StopRequested
+from broker.events import JobCreated, JobFinished, JobStatus, RunAccepted, Scheduling, StopRequested
+from broker.jobs.usage import UsageSweep
+from broker.metrics import Metrics
 from broker.store import keys, signals
 from broker.store.admission import AdmissionStore
 from broker.store.cost_entry import CostEntry
 from broker.store.cost_store import CostStore, entry_of
 from broker.store.jobs import JobStore
-from broker.store.usage import encode
+from broker.store.usage import UsageStore, encode
+from projections import usage
 from projections.job import JobView, apply, fold
 from projections.usage import Used
 from tests.conftest import BOTH_BACKENDS
@@ -191,3 +194,48 @@ async def test_an_idle_key_reenters_at_v_banking_nothing(redis: Redis) -> None:
     await _create(store, 9, "idle")
     # Then its job starts at V, not at its corrected chain (no banked credit), and is its key's front
     assert await _where(redis, 9) == ("line", fair.score(P, now))
+
+
+async def _run(store: JobStore, n: int, accepted_ms: int, ended_ms: int) -> None:
+    """The job's run: accepted at `accepted_ms`, completed at `ended_ms`, each written with its usage facts as the
+    writer does (broker/jobs/writer.py)."""
+    for events in (
+        [RunAccepted(job_id=_job(n), at_ms=accepted_ms, attempt=1, hermes_run_id=f"run_{n}")],
+        [JobFinished(job_id=_job(n), at_ms=ended_ms, status=JobStatus.COMPLETED, output="ok")],
+    ):
+        snapshot = await store.load(_job(n))
+        assert snapshot is not None
+        view = fold(events, snapshot.view)
+        assert view is not None
+        facts = [(used.at_ms, encode(used)) for used in usage.facts(snapshot.view, events)]
+        await store.append(_job(n), events, view, expected_last_id=None, before=snapshot.view, usage=facts)
+
+
+async def test_a_runs_settle_lost_after_its_job_write_is_done_by_the_usage_sweep(redis: Redis) -> None:
+    # A run's settle is a round trip after the job write that records the run's end with its usage fact: a replica
+    # that dies between the two (or an outage then, or the key's slot's node failing over on a cluster) leaves its
+    # key charged the estimate, its History not learnt and the charge in flight for good (SPEC S4.2: the estimate is
+    # corrected by the measured time when the run settles). The usage sweep counts that fact, and settles it.
+    virtual = fair.VirtualTimes()
+    store = JobStore(redis, retention_ms=60_000, cost=TIME, virtual=virtual)
+    admission = AdmissionStore(redis, Pacing(pinned=10), virtual=virtual, cost=(TIME, 60_000))
+    costs = CostStore(redis, TIME, 60_000)
+    await _create(store, 0, "team-a")
+    await _create(store, 1, "team-a")
+    # Given the key's first job granted (charged the guess)
+    assert (await admission.admit(2_000, 1)).jobs == [_job(0)]
+    assert await costs.charge("team-a", _job(0)) is not None
+    # When its run (1 s) is written to its end by a replica that dies before the settle (a store without the cost
+    # entry writes the same job writes, and settles nothing)
+    await _run(JobStore(redis, retention_ms=60_000, virtual=virtual), 0, 3_000, 4_000)
+    assert await costs.charge("team-a", _job(0)) is not None
+    # and a replica's usage sweep counts the run
+    sweep = UsageSweep(UsageStore(redis, retention_ms=60_000), Metrics(), settle=store.settle_missed)
+    assert await sweep.sweep() == 2
+    # Then the run's charge is settled: corrected by what it measured (a credit down to one turn behind V, the guess
+    # having moved V), learnt by the key's History, and the key's front moved to its corrected turn
+    assert await costs.charge("team-a", _job(0)) is None
+    assert await costs.history("team-a") == History(1_000.0, 1)
+    line = await costs.key_line("team-a", P)
+    assert line.placed is not None and line.placed.job == _job(1) and line.finish == 60_000 - 1_000
+    assert await _where(redis, 1) == ("line", fair.score(P, line.placed.tag))
