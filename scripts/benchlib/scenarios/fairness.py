@@ -10,7 +10,7 @@ The baseline column is the ideal.
   them: A's share of the creates accepted while they arrive, target 0.5 (keys without a turn are paced as one key).
 - what a turn costs: key L's `sleep:2` and key S's `sleep:0.2` backlogs created at once, driven for a window with
   ADMISSION_FAIRNESS_COST=time, then with `runs`: L's share of the Hermes time of the runs started in the window (both
-  still backlogged), target 0.45-0.55 under `time` (`runs` gives L about 0.9).
+  still backlogged), target 0.45-0.55 under `time` (`runs` gives L about 0.9); with L of weight 3, target 0.7-0.8.
 - many keys: the S4.1 burst (fill, 429s, order) with every job under its own fairness key.
 """
 
@@ -110,8 +110,9 @@ async def trickle_round(services: Services, plan: Plan) -> float:
 LONG_S, SHORT_S = 2.0, 0.2  #: the run lengths of the cost row's two keys
 
 
-async def cost_round(services: Services, plan: Plan, mode: str) -> float:
-    """L's share of the Hermes time of the runs started in a window of `plan.fairness_weighted / 4` s."""
+async def cost_round(services: Services, plan: Plan, mode: str, long_weight: float = 1.0) -> float:
+    """L's share (of weight `long_weight`, S's 1) of the Hermes time of the runs started in a window of
+    `plan.fairness_weighted / 4` s."""
     await services.reset(max_concurrent=CAP)
     window_s = plan.fairness_weighted / 4
     longs = int(CAP * window_s / (LONG_S + SIM_STEP_S)) + CAP
@@ -119,7 +120,7 @@ async def cost_round(services: Services, plan: Plan, mode: str) -> float:
     extra = {"ADMISSION_FAIRNESS_COST": mode, "ADMISSION_FAIRNESS_GUESS": "1000"}
     async with services.brokers(1, extra) as procs, aiohttp.ClientSession() as session:
         url = procs[0].url
-        mixed = [("L", 1.0)] * longs + [("S", 1.0)] * shorts
+        mixed = [("L", long_weight)] * longs + [("S", 1.0)] * shorts
         text = {"L": f"bench cost L sleep:{LONG_S}", "S": f"bench cost S sleep:{SHORT_S}"}
         created = await gather_limited(
             64, mixed, lambda job: post_json(session, f"{url}/v1/runs", body(text[job[0]], job[0], job[1]))
@@ -194,6 +195,9 @@ async def run(services: Services, plan: Plan) -> list[Row]:
     for mode, target in (("time", "0.45-0.55"), ("runs", "about 0.9 (counting jobs)")):
         share = await cost_round(services, plan, mode)
         rows.append(Row(name, f"L's share of the Hermes time, ADMISSION_FAIRNESS_COST={mode}", [share], target=target))
+    share = await cost_round(services, plan, "time", long_weight=3.0)
+    metric = "L's share of the Hermes time, L of weight 3, ADMISSION_FAIRNESS_COST=time"
+    rows.append(Row(name, metric, [share], target="0.7-0.8", ideal=0.75))
     span, per_run, far = await many_keys_round(services, plan)
     name = f"fairness, {plan.admission_jobs} x sleep:1, one key each, cap {CAP}, 1 replica"
     burst_ideal = plan.admission_jobs / CAP * RUN
