@@ -121,23 +121,29 @@ class Supervisor:
         if self._joining is not None:
             self._joining.cancel()
             self._joining = None
-        owned = [(runner, task) for runner, task in self._runners.values()]
+        owned = list(self._runners.values())
         await cancel_all(task for _, task in owned)
-        await self._record_answers([runner for runner, _ in owned])
-        now = self._deps.clock.now_ms()
-        handed = 0
-        for runner, _ in owned:
+        # the jobs whose creates are not on their way go back at once; the others once their answers are recorded
+        waiting = [runner for runner, _ in owned if runner.unrecorded is not None]
+        handed = await self._hand_back([runner for runner, _ in owned if runner.unrecorded is None])
+        await self._record_answers(waiting)
+        handed += await self._hand_back(waiting)
+        self._log.info("Handed jobs back on shutdown.", extra={"replica": self.replica, "jobs": handed})
+        return handed
+
+    async def _hand_back(self, runners: list[Runner]) -> int:
+        """Hand the drained runners' jobs back for immediate takeover; how many were."""
+        now, handed = self._deps.clock.now_ms(), 0
+        for runner in runners:
             with contextlib.suppress(*REDIS_FAILURES):
                 if runner.has_slot and not runner.ran and runner.view is not None:
                     await self._deps.gate.requeue(runner.job_id, line_place(runner.view), upstream=runner.slot_upstream)
                 handed += await self._leases.release(runner.job_id, runner.token, due_at_ms=now, enqueue=True)
-        self._log.info("Handed jobs back on shutdown.", extra={"replica": self.replica, "jobs": handed})
         return handed
 
-    async def _record_answers(self, runners: list[Runner]) -> None:
+    async def _record_answers(self, waiting: list[Runner]) -> None:
         """Runs Hermes is creating for jobs being handed back are waited for (within the drain's budget) and recorded,
         so their next owners follow them rather than create a second run."""
-        waiting = [runner for runner in runners if runner.unrecorded is not None]
         if not waiting:
             return
         answers = await asyncio.gather(

@@ -117,3 +117,32 @@ async def test_a_refusal_answered_after_the_job_was_taken_over_leaves_its_slot_a
 
 async def _async(value: Any) -> Any:
     return value
+
+
+async def test_a_drain_hands_the_jobs_it_follows_back_at_once_while_it_waits_for_a_create_answer(
+    make_replica: ClientFactory, sim: Simulator, redis: Redis
+) -> None:
+    # Given a replica following one job's Hermes run, with a long run lease (no expiry hands it over by itself), and a
+    # create of another job's run on its way to a slow Hermes
+    draining = await make_replica(runs_lease_ms=30_000)
+    followed = (await create(draining, {"input": "followed sleep:30"}))["run_id"]
+
+    async def following() -> bool:
+        return bool((await job(draining, followed))["hermes_run_id"])
+
+    await eventually(following)
+    sim.settings.delay_s = 3.0
+    await create(draining, {"input": "drained sleep:30"})
+    await eventually(lambda: _async(len(creates(sim)) == 2))
+    sim.settings.delay_s = 0
+    # When the replica drains (SIGTERM) while that create is on its way
+    drain = asyncio.create_task(draining.app[supervisor_key].drain())  # type: ignore[index]
+    # Then the job it follows is handed back at once (SPEC S4 "Drain": no lease wait), not after Hermes's answer to
+    # the other job's create
+    await eventually(lambda: _async_not(redis.exists(keys.lease(followed))), timeout=1.0)
+    assert creates(sim)[1]["status"] is None  # the other create is still on its way
+    assert await drain == 2
+
+
+async def _async_not(value: Any) -> bool:
+    return not await value
