@@ -48,12 +48,17 @@ def when_answered(deps: Deps, job_id: str, unrecorded: Unrecorded) -> None:
     unrecorded.create.add_done_callback(answered)
 
 
-async def answered(deps: Deps, job_id: str, token: str, unrecorded: Unrecorded, timeout_s: float) -> bool:
-    """Wait for Hermes's answer to the create within `timeout_s`, keeping the job's run lease (a drain stopped its
-    renewals); False: no answer, or the lease lost."""
+async def answered(
+    deps: Deps, job_id: str, token: str, unrecorded: Unrecorded, timeout_s: float, *, slot: bool
+) -> bool:
+    """Wait for Hermes's answer to the create within `timeout_s`, keeping the job's run lease and (`slot`) its
+    admission slot, so no other create goes in its place (a drain stopped their renewals); False: no answer, or the
+    lease lost."""
     loop, leases, create = asyncio.get_running_loop(), deps.leases, unrecorded.create
     deadline = loop.time() + timeout_s
-    while await leases.renew(job_id, token, deps.clock.now_ms()):
+    while await leases.renew(job_id, token, now := deps.clock.now_ms()):
+        if slot:
+            await deps.gate.hold([job_id], now, renew_only=True, upstream=unrecorded.upstream)
         if create.done():
             return not create.cancelled() and create.exception() is None
         left = deadline - loop.time()

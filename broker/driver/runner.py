@@ -246,7 +246,7 @@ class Runner:
         follows that run instead of creating a second one (Hermes 0.19 ignores the create's key). True: recorded."""
         unrecorded, self.unrecorded = self.unrecorded, None
         if unrecorded is None or not await forsaken.answered(
-            self._deps, self.job_id, self.token, unrecorded, timeout_s
+            self._deps, self.job_id, self.token, unrecorded, timeout_s, slot=self.has_slot
         ):
             return False
         outcome = unrecorded.create.result()

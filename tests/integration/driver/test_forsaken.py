@@ -146,3 +146,29 @@ async def test_a_drain_hands_the_jobs_it_follows_back_at_once_while_it_waits_for
 
 async def _async_not(value: Any) -> bool:
     return not await value
+
+
+async def test_a_create_a_drain_waits_for_keeps_its_admission_slot_so_no_other_create_goes_past_the_limit(
+    make_replica: ClientFactory, sim: Simulator
+) -> None:
+    # Given Hermes limited to one live run of the broker's, a replica whose create of a job's run is on its way to a
+    # slow Hermes (longer than its slot's RUNS_LEASE), and another job waiting in line behind it
+    draining = await make_replica(hermes_max_concurrent=(1,))
+    sim.settings.delay_s = 5.0
+    first = (await create(draining, {"input": "drained sleep:30"}))["run_id"]
+    await eventually(lambda: _async(creates(sim)))
+    sim.settings.delay_s = 0
+    second = (await create(draining, {"input": "waiting sleep:30"}))["run_id"]
+    other = await make_replica(hermes_max_concurrent=(1,))
+    # When the first replica drains (SIGTERM) while the create is on its way
+    drain = asyncio.create_task(draining.app[supervisor_key].drain())  # type: ignore[index]
+    # Then no other create goes to Hermes while the drain waits for its answer: its slot is still taken
+    while not create_answered(sim):
+        assert len(creates(sim)) == 1, "a second create went while the first was on its way"
+        await asyncio.sleep(0.05)
+    assert await drain == 1
+    assert (await job(other, first))["hermes_run_id"] == creates(sim)[0]["run_id"]
+    assert len(creates(sim)) == 1
+    assert (await other.post(f"/v1/runs/{first}/stop")).status == 200
+    assert (await other.post(f"/v1/runs/{second}/stop")).status == 200
+    await settled(other, first)
