@@ -132,12 +132,15 @@ class Supervisor:
         return handed
 
     async def _hand_back(self, runners: list[Runner]) -> int:
-        """Hand the drained runners' jobs back for immediate takeover; how many were."""
+        """Hand the drained runners' jobs back for immediate takeover; how many were. A slot whose create never went
+        (or was refused) goes back with the job to its place, unless the job was taken over meanwhile (a drain that
+        waited for Hermes): its slot and place are then the new owner's."""
         now, handed = self._deps.clock.now_ms(), 0
         for runner in runners:
             with contextlib.suppress(*REDIS_FAILURES):
-                if runner.has_slot and not runner.ran and runner.view is not None:
-                    await self._deps.gate.requeue(runner.job_id, line_place(runner.view), upstream=runner.slot_upstream)
+                view, unused = runner.view, runner.has_slot and not runner.ran
+                if unused and view is not None and await self._leases.renew(runner.job_id, runner.token, now):
+                    await self._deps.gate.requeue(runner.job_id, line_place(view), upstream=runner.slot_upstream)
                 handed += await self._leases.release(runner.job_id, runner.token, due_at_ms=now, enqueue=True)
         return handed
 

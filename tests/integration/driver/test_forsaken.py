@@ -172,3 +172,27 @@ async def test_a_create_a_drain_waits_for_keeps_its_admission_slot_so_no_other_c
     assert (await other.post(f"/v1/runs/{first}/stop")).status == 200
     assert (await other.post(f"/v1/runs/{second}/stop")).status == 200
     await settled(other, first)
+
+
+async def test_a_job_taken_over_while_a_drain_waits_for_its_create_keeps_its_slot_and_stays_out_of_the_line(
+    make_replica: ClientFactory, sim: Simulator, redis: Redis
+) -> None:
+    # Given a replica whose create of a job's run is on its way to a slow Hermes, with a long run lease (its renewal
+    # does not come before Hermes answers)
+    sim.settings.delay_s = LATE_S
+    replica = await make_replica(runs_lease_ms=60_000)
+    job_id = (await create(replica, {"input": "taken sleep:30"}))["run_id"]
+    await eventually(lambda: _async(creates(sim)))
+    sim.settings.delay_s = 0
+    slots, line = keys.FIRST_ADMISSION.slots, keys.line(keys.partition_of(job_id))
+    place = await redis.hget(slots, job_id)
+    assert place is not None
+    # When the replica drains (SIGTERM), and the job is taken over while the drain waits for Hermes's answer (its
+    # lease is another replica's, which holds its slot)
+    drain = asyncio.create_task(replica.app[supervisor_key].drain())  # type: ignore[index]
+    await asyncio.sleep(0.3)
+    await redis.set(keys.lease(job_id), "another-replica/token", px=60_000)
+    assert await drain == 0
+    # Then the drain leaves the new owner's slot alone and does not put the job back in line
+    assert await redis.hget(slots, job_id) == place
+    assert await redis.zscore(line, job_id) is None
