@@ -9,7 +9,8 @@ ended: until then the run is watched (every RUNS_POLL_INTERVAL, at most RUNS_HOL
 left to the upstream's prober, as a run left on a lost upstream is (broker/driver/prober.py).
 
 A drain is the one case where the replica still holds the job: it waits for the answer and records the run itself
-(Runner.record_unrecorded), so the watch finds the job following it.
+(Runner.record_unrecorded), so the watch finds the job following it, or stops it itself when the job ended meanwhile
+(the process exits next, before the watch would).
 """
 
 from __future__ import annotations

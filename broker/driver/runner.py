@@ -261,10 +261,12 @@ class Runner:
             )
         except LeaseLost:
             return False  # taken over meanwhile: forsaken.py watches the run
-        view = snapshot.view
-        if view.accepted_attempt == attempt and view.hermes_run_id == outcome.run_id:
-            return await self._ran(view, attempt, outcome.run_id, now)
-        return False  # not the job's run (it ended): forsaken.py stops it
+        self.view = snapshot.view
+        if await self._ran(snapshot.view, attempt, outcome.run_id, now):
+            return True
+        # The job ended (a stop) while Hermes was creating the run: stop the orphan now, as the process exits next
+        await forsaken.stop(self._deps, unrecorded.upstream, outcome.run_id)
+        return False
 
     async def _stop(self, snapshot: Snapshot, run_id: str) -> Snapshot:
         outcome = await self._run_client(snapshot.view).stop(run_id)

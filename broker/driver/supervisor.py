@@ -132,17 +132,27 @@ class Supervisor:
         return handed
 
     async def _hand_back(self, runners: list[Runner]) -> int:
-        """Hand the drained runners' jobs back for immediate takeover; how many were. A slot whose create never went
-        (or was refused) goes back with the job to its place, unless the job was taken over meanwhile (a drain that
-        waited for Hermes): its slot and place are then the new owner's."""
+        """Hand the drained runners' jobs back for immediate takeover; how many were."""
         now, handed = self._deps.clock.now_ms(), 0
         for runner in runners:
             with contextlib.suppress(*REDIS_FAILURES):
-                view, unused = runner.view, runner.has_slot and not runner.ran
-                if unused and view is not None and await self._leases.renew(runner.job_id, runner.token, now):
-                    await self._deps.gate.requeue(runner.job_id, line_place(view), upstream=runner.slot_upstream)
+                await self._slot_back(runner, now)
                 handed += await self._leases.release(runner.job_id, runner.token, due_at_ms=now, enqueue=True)
         return handed
+
+    async def _slot_back(self, runner: Runner, now_ms: int) -> None:
+        """A drained runner's slot: one whose create never went (or was refused) goes back with the job to its place,
+        one of a job that ended (stopped while the drain waited for its create) is released; one of a live run is the
+        next owner's to take over."""
+        view, gate = runner.view, self._deps.gate
+        if not runner.has_slot or view is None or (runner.ran and not view.status.terminal):
+            return
+        if not await self._leases.renew(runner.job_id, runner.token, now_ms):
+            return  # taken over while the drain waited for Hermes: its slot and place are the new owner's
+        if view.status.terminal:
+            await gate.release(runner.job_id, freed=runner.ran, upstream=runner.slot_upstream)
+        else:
+            await gate.requeue(runner.job_id, line_place(view), upstream=runner.slot_upstream)
 
     async def _record_answers(self, waiting: list[Runner]) -> None:
         """Runs Hermes is creating for jobs being handed back are waited for (within the drain's budget) and recorded,

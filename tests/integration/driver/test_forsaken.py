@@ -196,3 +196,30 @@ async def test_a_job_taken_over_while_a_drain_waits_for_its_create_keeps_its_slo
     # Then the drain leaves the new owner's slot alone and does not put the job back in line
     assert await redis.hget(slots, job_id) == place
     assert await redis.zscore(line, job_id) is None
+
+
+async def test_a_job_stopped_while_a_drain_waits_for_its_create_has_the_run_stopped_before_the_drain_ends(
+    make_replica: ClientFactory, sim: Simulator, redis: Redis
+) -> None:
+    # Given a replica whose create of a job's run is on its way to a slow Hermes, which also takes a while to answer a
+    # stop, and another replica
+    sim.settings.delay_s = LATE_S
+    draining = await make_replica()
+    job_id = (await create(draining, {"input": "stopped sleep:30"}))["run_id"]
+    await eventually(lambda: _async(creates(sim)))
+    sim.settings.delay_s = 0.5
+    other = await make_replica()
+    # When the replica drains (SIGTERM), and the job is stopped through the other replica while the drain waits
+    drain = asyncio.create_task(draining.app[supervisor_key].drain())  # type: ignore[index]
+    assert (await other.post(f"/v1/runs/{job_id}/stop")).status == 200
+    assert (await job(other, job_id))["status"] == "cancelled"
+    await drain
+    # Then, by the time the drain is over (the process exits next), the run Hermes created for it is stopped, or
+    # left to the prober as an orphan: no run of the stopped job is left live and forgotten
+    run_id = creates(sim)[0]["run_id"]
+    stops = [e for e in sim.requests if e["method"] == "POST" and e["path"] == f"/v1/runs/{run_id}/stop"]
+    orphaned = await redis.zscore(keys.FIRST_ADMISSION.orphans, run_id)
+    assert any(e["status"] is not None for e in stops) or orphaned is not None
+    # and its admission slot is free, the job out of the line
+    assert await redis.zscore(keys.FIRST_ADMISSION.live, job_id) is None
+    assert await redis.zscore(keys.line(keys.partition_of(job_id)), job_id) is None
