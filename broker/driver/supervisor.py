@@ -123,11 +123,16 @@ class Supervisor:
             self._joining = None
         owned = list(self._runners.values())
         await cancel_all(task for _, task in owned)
-        # the jobs whose creates are not on their way go back at once; the others once their answers are recorded
+        # the jobs whose creates are not on their way go back at once; each of the others once its answer is recorded
         waiting = [runner for runner, _ in owned if runner.unrecorded is not None]
         handed = await self._hand_back([runner for runner, _ in owned if runner.unrecorded is None])
-        await self._record_answers(waiting)
-        handed += await self._hand_back(waiting)
+        if waiting:
+            answers = await asyncio.gather(*(self._hand_back_answered(runner) for runner in waiting))
+            handed += sum(back for back, _ in answers)
+            recorded = sum(was for _, was in answers)
+            self._log.info(
+                "Recorded runs created while draining.", extra={"waited": len(waiting), "recorded": recorded}
+            )
         self._log.info("Handed jobs back on shutdown.", extra={"replica": self.replica, "jobs": handed})
         return handed
 
@@ -154,25 +159,22 @@ class Supervisor:
         else:
             await gate.requeue(runner.job_id, line_place(view), upstream=runner.slot_upstream)
 
-    async def _record_answers(self, waiting: list[Runner]) -> None:
-        """Runs Hermes is creating for jobs being handed back are waited for (within the drain's budget) and recorded,
-        so their next owners follow them rather than create a second run."""
-        if not waiting:
-            return
-        answers = await asyncio.gather(
-            *(runner.record_unrecorded(self._drain_wait_s) for runner in waiting), return_exceptions=True
-        )
-        recorded = sum(answer is True for answer in answers)
-        for runner, answer in zip(waiting, answers, strict=True):
-            if isinstance(answer, BaseException) and not isinstance(answer, asyncio.CancelledError):
-                log_failure(
-                    self._log,
-                    answer,
-                    outage="Lost Redis recording a run on shutdown.",
-                    bug="Could not record a run on shutdown.",
-                    job=runner.job_id,
-                )
-        self._log.info("Recorded runs created while draining.", extra={"waited": len(waiting), "recorded": recorded})
+    async def _hand_back_answered(self, runner: Runner) -> tuple[int, bool]:
+        """A job whose create was on its way: Hermes's answer is waited for (within the drain's budget) and an
+        accepted run recorded, so its next owner follows it rather than create a second one; then the job is handed
+        back, at once (not after the other jobs' answers). (Handed back, recorded.)"""
+        recorded = False
+        try:
+            recorded = await runner.record_unrecorded(self._drain_wait_s)
+        except Exception as error:
+            log_failure(
+                self._log,
+                error,
+                outage="Lost Redis recording a run on shutdown.",
+                bug="Could not record a run on shutdown.",
+                job=runner.job_id,
+            )
+        return await self._hand_back([runner]), recorded
 
     async def _guarded(self, loop: Callable[[], Awaitable[None]]) -> None:
         """Keep a background loop alive through Redis outages (log, back off, go on)."""

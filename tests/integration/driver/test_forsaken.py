@@ -223,3 +223,25 @@ async def test_a_job_stopped_while_a_drain_waits_for_its_create_has_the_run_stop
     # and its admission slot is free, the job out of the line
     assert await redis.zscore(keys.FIRST_ADMISSION.live, job_id) is None
     assert await redis.zscore(keys.line(keys.partition_of(job_id)), job_id) is None
+
+
+async def test_a_drain_hands_each_job_back_once_its_own_create_is_answered(
+    make_replica: ClientFactory, sim: Simulator, redis: Redis
+) -> None:
+    # Given a replica with two creates on their way to Hermes, one answered late, the other soon, and a long run lease
+    # (no expiry hands a job over by itself)
+    draining = await make_replica(runs_lease_ms=30_000)
+    sim.settings.delay_s = 4.0
+    await create(draining, {"input": "late sleep:30"})
+    await eventually(lambda: _async(len(creates(sim)) == 1))
+    sim.settings.delay_s = 0.5
+    soon = (await create(draining, {"input": "soon sleep:30"}))["run_id"]
+    await eventually(lambda: _async(len(creates(sim)) == 2))
+    sim.settings.delay_s = 0
+    # When the replica drains (SIGTERM) while both are on their way
+    drain = asyncio.create_task(draining.app[supervisor_key].drain())  # type: ignore[index]
+    # Then the job whose create is answered soon is handed back with its run then, not after the other's answer
+    await eventually(lambda: _async_not(redis.exists(keys.lease(soon))), timeout=3.0)
+    assert creates(sim)[0]["status"] is None  # the late create is still on its way
+    assert (await job(draining, soon))["hermes_run_id"] == creates(sim)[1]["run_id"]
+    assert await drain == 2
