@@ -16,12 +16,13 @@ A drain is the one case where the replica still holds the job: it waits for the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from attrs import frozen
 
 from broker.driver.deps import Deps
 from broker.errors import JobNotFound
-from broker.hermes.models import Accepted, CreateOutcome, NotFound, Rejected, Stopping
+from broker.hermes.models import Accepted, CreateOutcome, NotFound, Rejected, StopOutcome, Stopping
 from broker.logging import get_logger
 from broker.store.outage import log_failure
 
@@ -105,8 +106,12 @@ async def _stop_unless_followed(deps: Deps, job_id: str, attempt: int, upstream:
         )
 
 
-async def stop(deps: Deps, upstream: str | None, run_id: str) -> None:
-    """Stop a run no job follows; one Hermes does not answer is left to the upstream's prober (an orphan)."""
-    outcome = await deps.client(upstream).stop(run_id)
+async def stop(deps: Deps, upstream: str | None, run_id: str, *, timeout_s: float | None = None) -> None:
+    """Stop a run no job follows; one Hermes does not answer (within `timeout_s`) is left to the upstream's prober (an
+    orphan)."""
+    outcome: StopOutcome | None = None
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout_s):
+            outcome = await deps.client(upstream).stop(run_id)
     if not isinstance(outcome, Stopping | NotFound | Rejected):
         await deps.gate.store.health.orphan(upstream, run_id, deps.clock.now_ms())

@@ -245,6 +245,7 @@ class Runner:
         for the answer and record an accepted run under the lease the drain still holds, so the job's next owner
         follows that run instead of creating a second one (Hermes 0.19 ignores the create's key). True: recorded."""
         unrecorded, self.unrecorded = self.unrecorded, None
+        deadline = asyncio.get_running_loop().time() + timeout_s
         if unrecorded is None or not await forsaken.answered(
             self._deps, self.job_id, self.token, unrecorded, timeout_s, slot=self.has_slot
         ):
@@ -265,7 +266,9 @@ class Runner:
         if await self._ran(snapshot.view, attempt, outcome.run_id, now):
             return True
         # The job ended (a stop) while Hermes was creating the run: stop the orphan now, as the process exits next
-        await forsaken.stop(self._deps, unrecorded.upstream, outcome.run_id)
+        # (within the drain's budget: else it is left to the prober)
+        left = max(0.0, deadline - asyncio.get_running_loop().time())
+        await forsaken.stop(self._deps, unrecorded.upstream, outcome.run_id, timeout_s=left)
         return False
 
     async def _stop(self, snapshot: Snapshot, run_id: str) -> Snapshot:

@@ -245,3 +245,26 @@ async def test_a_drain_hands_each_job_back_once_its_own_create_is_answered(
     assert creates(sim)[0]["status"] is None  # the late create is still on its way
     assert (await job(draining, soon))["hermes_run_id"] == creates(sim)[1]["run_id"]
     assert await drain == 2
+
+
+async def test_a_drain_stopping_the_run_of_a_job_stopped_meanwhile_keeps_within_its_budget(
+    make_replica: ClientFactory, sim: Simulator, redis: Redis
+) -> None:
+    # Given a replica with a 4 s SHUTDOWN_GRACE (a drain waits 2 s for Hermes) whose create of a job's run is on its
+    # way to a slow Hermes, which then answers no stop (it hangs past a 5 s HERMES_TIMEOUT), and another replica
+    sim.settings.delay_s = LATE_S
+    draining = await make_replica(shutdown_grace_ms=4_000, hermes_timeout_ms=5_000)
+    job_id = (await create(draining, {"input": "stopped sleep:30"}))["run_id"]
+    await eventually(lambda: _async(creates(sim)))
+    sim.settings.delay_s = 60.0
+    other = await make_replica(hermes_timeout_ms=5_000)
+    # When the replica drains (SIGTERM), and the job is stopped through the other replica while the drain waits
+    drain = asyncio.create_task(draining.app[supervisor_key].drain())  # type: ignore[index]
+    assert (await other.post(f"/v1/runs/{job_id}/stop")).status == 200
+    # Then the drain is over within its budget (not after HERMES_TIMEOUT), leaving the run to the prober as an orphan
+    try:
+        await asyncio.wait_for(drain, 3.0)
+        run_id = creates(sim)[0]["run_id"]
+        assert await redis.zscore(keys.FIRST_ADMISSION.orphans, run_id) is not None
+    finally:
+        sim.settings.delay_s = 0
