@@ -24,6 +24,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from broker.admission.state import line_place
+from broker.driver import handback
 from broker.driver.deps import Deps, Ending
 from broker.driver.prober import Prober
 from broker.driver.runner import Runner
@@ -34,7 +35,7 @@ from broker.store import keys, signals, work
 from broker.store.connection import is_cluster
 from broker.store.grants import Grant
 from broker.store.leases import Leases, new_token
-from broker.store.outage import REDIS_FAILURES, is_outage, log_failure
+from broker.store.outage import is_outage, log_failure
 from broker.tasks import cancel_all
 
 CLAIM_BLOCK_MS = 1_000
@@ -125,9 +126,10 @@ class Supervisor:
         await cancel_all(task for _, task in owned)
         # the jobs whose creates are not on their way go back at once; each of the others once its answer is recorded
         waiting = [runner for runner, _ in owned if runner.unrecorded is not None]
-        handed = await self._hand_back([runner for runner, _ in owned if runner.unrecorded is None])
+        handed = await handback.hand_back(self._deps, [runner for runner, _ in owned if runner.unrecorded is None])
         if waiting:
-            answers = await asyncio.gather(*(self._hand_back_answered(runner) for runner in waiting))
+            wait_s = self._drain_wait_s
+            answers = await asyncio.gather(*(handback.when_answered(self._deps, runner, wait_s) for runner in waiting))
             handed += sum(back for back, _ in answers)
             recorded = sum(was for _, was in answers)
             self._log.info(
@@ -135,46 +137,6 @@ class Supervisor:
             )
         self._log.info("Handed jobs back on shutdown.", extra={"replica": self.replica, "jobs": handed})
         return handed
-
-    async def _hand_back(self, runners: list[Runner]) -> int:
-        """Hand the drained runners' jobs back for immediate takeover; how many were."""
-        now, handed = self._deps.clock.now_ms(), 0
-        for runner in runners:
-            with contextlib.suppress(*REDIS_FAILURES):
-                await self._slot_back(runner, now)
-                handed += await self._leases.release(runner.job_id, runner.token, due_at_ms=now, enqueue=True)
-        return handed
-
-    async def _slot_back(self, runner: Runner, now_ms: int) -> None:
-        """A drained runner's slot: one whose create never went (or was refused) goes back with the job to its place,
-        one of a job that ended (stopped while the drain waited for its create) is released; one of a live run is the
-        next owner's to take over."""
-        view, gate = runner.view, self._deps.gate
-        if not runner.has_slot or view is None or (runner.ran and not view.status.terminal):
-            return
-        if not await self._leases.renew(runner.job_id, runner.token, now_ms):
-            return  # taken over while the drain waited for Hermes: its slot and place are the new owner's
-        if view.status.terminal:
-            await gate.release(runner.job_id, freed=runner.ran, upstream=runner.slot_upstream)
-        else:
-            await gate.requeue(runner.job_id, line_place(view), upstream=runner.slot_upstream)
-
-    async def _hand_back_answered(self, runner: Runner) -> tuple[int, bool]:
-        """A job whose create was on its way: Hermes's answer is waited for (within the drain's budget) and an
-        accepted run recorded, so its next owner follows it rather than create a second one; then the job is handed
-        back, at once (not after the other jobs' answers). (Handed back, recorded.)"""
-        recorded = False
-        try:
-            recorded = await runner.record_unrecorded(self._drain_wait_s)
-        except Exception as error:
-            log_failure(
-                self._log,
-                error,
-                outage="Lost Redis recording a run on shutdown.",
-                bug="Could not record a run on shutdown.",
-                job=runner.job_id,
-            )
-        return await self._hand_back([runner]), recorded
 
     async def _guarded(self, loop: Callable[[], Awaitable[None]]) -> None:
         """Keep a background loop alive through Redis outages (log, back off, go on)."""
