@@ -8,7 +8,8 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from aiohttp import web
 
@@ -103,12 +104,26 @@ async def serve(config: Config, redis_url: str, replica: str | None = None) -> N
     await stopping.wait()
     started = time.monotonic()
     log.info("Draining on shutdown.", extra={"graceMs": config.shutdown_grace_ms})
-    await drain(app)  # /readyz answers 503 from here until the process exits
-    grace_s = config.shutdown_grace_ms / 1000 - (time.monotonic() - started) - SHUTDOWN_TAIL_S
-    finished = await app[inflight_key].idle(grace_s)
+    budget_s = config.shutdown_grace_ms / 1000 - SHUTDOWN_TAIL_S
+    # /readyz answers 503 from here until the process exits. A Redis that does not answer (frozen, its sockets open)
+    # holds a drain's writes for good: the drain is cut at the grace, and its jobs are taken over within RUNS_LEASE
+    if not await _within(drain(app), budget_s):
+        log.warning("The drain did not finish within SHUTDOWN_GRACE: Redis does not answer.")
+    finished = await app[inflight_key].idle(budget_s - (time.monotonic() - started))
     log.info("Finished in-flight requests.", extra={"finished": finished, "left": app[inflight_key].count})
-    await runner.cleanup()
+    if not await _within(runner.cleanup(), max(budget_s - (time.monotonic() - started), 0) + SHUTDOWN_TAIL_S):
+        log.warning("Closing did not finish within SHUTDOWN_GRACE: Redis does not answer.")
     log.info("Stopped.", extra={"durationMs": round((time.monotonic() - started) * 1000)})
+
+
+async def _within(step: Coroutine[Any, Any, None], budget_s: float) -> bool:
+    """Run a step of the shutdown, cut (cancelled) after `budget_s`; False: it was cut."""
+    try:
+        async with asyncio.timeout(max(budget_s, 0)):
+            await step
+    except TimeoutError:
+        return False
+    return True
 
 
 if __name__ == "__main__":

@@ -1,13 +1,17 @@
 """SIGTERM drain (SPEC S3.8, S4): not ready at once, /readyz keeps answering 503 while in-flight requests
-finish, they are answered, and the process exits within SHUTDOWN_GRACE."""
+finish, they are answered, and the process exits within SHUTDOWN_GRACE, also when Redis froze."""
 
 from __future__ import annotations
 
+import signal
 import socket
+import subprocess
 import time
 
+import pytest
+
 from tests.conftest import RedisServer
-from tests.e2e.conftest import BrokerFactory
+from tests.e2e.conftest import BrokerFactory, SimulatorProcess, until
 
 
 def test_readyz_answers_503_while_an_in_flight_request_finishes(
@@ -42,3 +46,34 @@ def test_readyz_answers_503_while_an_in_flight_request_finishes(
     assert process.wait(timeout=10) == 0
     log = broker.log_path.read_text()
     assert "Draining on shutdown." in log and '"finished":true' in log
+
+
+def test_a_replica_whose_redis_froze_exits_within_shutdown_grace(
+    start_broker: BrokerFactory, simulator: SimulatorProcess, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # Given a replica driving a job on a Redis of its own
+    server = RedisServer(tmp_path_factory.mktemp("frozen-redis"))
+    server.start()
+    assert server.process is not None
+    try:
+        broker = start_broker(redis_url=server.url, HERMES_URL=simulator.url, SHUTDOWN_GRACE="3000")
+        status, body = broker.request("POST", "/v1/runs", {"input": "frozen redis sleep:30"})
+        assert status == 202, body
+        until(lambda: broker.request("GET", f"/v1/runs/{body['run_id']}")[1]["status"] == "running", 15)
+        # When Redis freezes (SIGSTOP: its sockets stay open, nothing answers) and the replica is told to stop
+        server.process.send_signal(signal.SIGSTOP)
+        assert broker.process is not None
+        process = broker.process
+        began = time.monotonic()
+        process.terminate()
+        # Then it still exits, within SHUTDOWN_GRACE (and a second for the interpreter), saying what it left
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            pytest.fail("the replica hung on shutdown with Redis frozen")
+        assert time.monotonic() - began < 4.5
+        assert "The drain did not finish within SHUTDOWN_GRACE" in broker.log_path.read_text()
+    finally:
+        server.process.send_signal(signal.SIGCONT)
+        server.stop()
