@@ -22,10 +22,24 @@ local function charge(c, w)
   if w <= 0 or c / w >= MAX_ADVANCE then return MAX_ADVANCE end
   return math.max(FLOOR, math.min(MAX_ADVANCE, math.floor(c / w + 0.5)))
 end
+-- What the script reads more than once is read once: the key's queue length (`waiting`; granted() takes a job out
+-- of the queue and forgets it) and its History (`history`, {avg, n}; the settle writes it and keeps it).
+local waiting, history
+local function queued()
+  if not waiting then waiting = redis.call('ZCARD', KEYS[3]) end
+  return waiting
+end
+local function learnt()
+  if not history then
+    local h = redis.call('HMGET', KEYS[4], 'avg', 'n')
+    history = {tonumber(h[1] or '0'), tonumber(h[2] or '0')}
+  end
+  return history
+end
 local function estimate()  -- the key's next charge, and '1' when it is the guess (no history)
   if ARGV[5] == 'runs' then return charge(UNIT, weight), '0' end
-  local h = redis.call('HMGET', KEYS[4], 'avg', 'n')
-  if tonumber(h[2] or '0') > 0 then return charge(tonumber(h[1]), weight), '0' end
+  local h = learnt()
+  if h[2] > 0 then return charge(h[1], weight), '0' end
   return charge(tonumber(ARGV[6]), weight), '1'
 end
 local function load()
@@ -38,7 +52,7 @@ local function load()
     advance = tonumber(x[6]), paced = tonumber(x[7])}
 end
 local function save(line)
-  if redis.call('ZCARD', KEYS[3]) > 0 then
+  if queued() > 0 then
     redis.call('HSET', KEYS[2], key, table.concat({fmt(line.f), fmt(line.projected), line.front or '',
       fmt(line.tag or 0), line.at_v or '0', fmt(line.advance or 0), fmt(line.paced or 0)}, '|'))
     redis.call('ZREM', KEYS[1], key)
@@ -66,7 +80,7 @@ local function promoted(line, first, tag, advance)
   line.front, line.tag, line.at_v, line.advance, line.paced = first, tag, '0', advance, 0
 end
 local function granted(line, job, attempt, advance, guessed)
-  local busy = redis.call('ZCARD', KEYS[3]) > 0
+  local busy = queued() > 0
   local begin = (busy and line.f) or math.min(math.max(line.f or 0, v), MAX_TAG)
   -- charged once per attempt: a charge in flight, or one settled, is not charged again
   local charged = redis.call('HEXISTS', KEYS[4], 'c:' .. job) == 1
@@ -79,6 +93,7 @@ local function granted(line, job, attempt, advance, guessed)
     line.f = math.min(begin + advance, MAX_TAG)
   end
   redis.call('ZREM', KEYS[3], job)
+  waiting = nil
   local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
   if line.front and line.front ~= job and first == line.front then return not charged end
   if not first then line.front = nil return not charged end
@@ -91,19 +106,25 @@ local measured = tonumber(ARGV[10])
 local units = measured and charge(measured, weight)
 local applied, delta, at_v, paced = 0, 0, '0', 0
 if not redis.call('ZSCORE', KEYS[5], member) then
-  if redis.call('HEXISTS', KEYS[4], 'c:' .. job) == 0 then granted(line, job, ARGV[9], units or estimate(), '0') end
+  local charged = redis.call('HGET', KEYS[4], 'c:' .. job)
+  if not charged then
+    granted(line, job, ARGV[9], units or estimate(), '0')
+    charged = redis.call('HGET', KEYS[4], 'c:' .. job)
+  end
   local c = {}
-  for part in string.gmatch(redis.call('HGET', KEYS[4], 'c:' .. job) .. '|', '([^|]*)|') do c[#c + 1] = part end
+  for part in string.gmatch(charged .. '|', '([^|]*)|') do c[#c + 1] = part end
   redis.call('HDEL', KEYS[4], 'c:' .. job)
   applied, at_v, paced = 1, c[4], tonumber(c[5])
   if units then
-    local h = redis.call('HMGET', KEYS[4], 'avg', 'n')
-    local avg, n = tonumber(h[1] or '0'), tonumber(h[2] or '0')
+    local h = learnt()
+    local avg, n = h[1], h[2]
     avg = avg + (measured - avg) / math.min(n + 1, 8)
-    redis.call('HSET', KEYS[4], 'avg', string.format('%.17g', avg), 'n', n + 1)
+    local stored = string.format('%.17g', avg)
+    redis.call('HSET', KEYS[4], 'avg', stored, 'n', n + 1)
+    history = {tonumber(stored), n + 1}
     local advance = estimate()
     delta = math.max(units, FLOOR) - tonumber(c[2])
-    if delta ~= 0 and redis.call('ZCARD', KEYS[3]) > 0 and line.f then
+    if delta ~= 0 and queued() > 0 and line.f then
       -- a run charged the guess: a credit down to one turn behind V (V moved by the guess too; cost.behind)
       local f = line.f + delta
       if delta < 0 and c[8] == '1' then f = math.max(f, v - advance, 0) end
@@ -114,7 +135,7 @@ if not redis.call('ZSCORE', KEYS[5], member) then
       line.f = f > v and f or nil
     end
   end
-  if line.front and line.f and redis.call('ZCARD', KEYS[3]) > 0 then
+  if line.front and line.f and queued() > 0 then
     -- the front moves to the corrected F (behind its key's jobs in flight), with the key's estimate (what a pass
     -- plans its next jobs by)
     line.tag, line.advance = math.min(math.max(line.f, after()), MAX_TAG), estimate()
@@ -123,7 +144,7 @@ if not redis.call('ZSCORE', KEYS[5], member) then
   redis.call('ZADD', KEYS[5], ARGV[11], member)
   redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. fmt(now - tonumber(ARGV[7])))
   redis.call('PEXPIRE', KEYS[5], ARGV[7])
-  if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('PEXPIRE', KEYS[4], ARGV[7]) end
+  if not line.front then redis.call('PEXPIRE', KEYS[4], ARGV[7]) end  -- with a front: below, after its seq
   save(line)
 end
 local reply = {applied, fmt(delta), at_v, fmt(paced), units and fmt(units) or '', 0}
@@ -136,7 +157,7 @@ end
 reply[6] = redis.call('HINCRBY', KEYS[4], 'seq', 1)
 redis.call('PEXPIRE', KEYS[4], ARGV[7])
 local queue = redis.call('ZRANGE', KEYS[3], 0, 16)
-local more = queue[1] == line.front and redis.call('ZCARD', KEYS[3]) - 1 or 0
+local more = queue[1] == line.front and queued() - 1 or 0
 for _, x in ipairs({line.front, fmt(line.tag), line.at_v, fmt(line.advance), fmt(line.paced), more}) do
   reply[#reply + 1] = x
 end

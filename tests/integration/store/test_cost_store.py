@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from hypothesis import HealthCheck, event, example, given, note, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
@@ -206,3 +207,33 @@ async def test_the_scripts_compute_what_cost_py_computes(
     for what, i, n, measured in plan:
         await both.play(what, i, n, measured)
         await both.same_state()
+
+
+async def test_a_settle_reads_its_keys_queue_and_history_once(redis: Redis, backend: str) -> None:
+    if backend == "cluster":
+        pytest.skip("counts the commands of one Redis (INFO commandstats)")
+    # Given a key of three waiting jobs whose first was granted (its key step charged it) and runs
+    both = Both(redis, CostSettings(CostMode.TIME, 60_000), (1.0, 1.0))
+    for i in (0, 4, 8):
+        await both.enter(i)
+    job = both.job(0)
+    key, priority, weight = both.scheduling(0)
+    await both.taken([Step(job, 1)])
+    stepped = await both.store.step(key, priority, weight, both.virtual, [Step(job, 1)])
+    assert stepped.charged == both.model.step(key, priority, weight, both.virtual, [Step(job, 1)])
+    await both.placed(stepped.front)
+    # When the run settles, having measured its time
+    await redis.config_resetstat()
+    done = await both.store.settle(job, 1, key, priority, weight, 30_000.0, both.virtual, both.now)
+    # Then it does what cost.py computes
+    applied, delta, _, _ = both.model.settle(job, 1, key, priority, weight, 30_000.0, both.virtual)
+    assert (done.applied, done.delta) == (applied, delta) == (True, 30_000 - 60_000)
+    # And it read the queue's length and the key's History once each, found its charge with one read, and renewed
+    # the retention of the cost hash and the settled zset once each
+    stats = await redis.info("commandstats")
+    calls = {name.removeprefix("cmdstat_"): int(value["calls"]) for name, value in stats.items()}
+    assert (calls["zcard"], calls["hmget"], calls["pexpire"]) == (1, 1, 2)
+    assert "hexists" not in calls and "exists" not in calls
+    both.same_front(done.front, 0)
+    await both.placed(done.front, move=True)
+    await both.same_state()
