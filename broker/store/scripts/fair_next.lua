@@ -38,8 +38,20 @@ local function load()
   return {f = tonumber(x[1]), projected = tonumber(x[2]), front = front, tag = tonumber(x[4]), at_v = x[5],
     advance = tonumber(x[6]), paced = tonumber(x[7])}
 end
+-- The key's queue is read once: its length (`waiting`, less each job a ZREM takes out) and, after the last job
+-- taken out, its first 17 jobs (`head`; the ZRANGE that finds the next front is the reply's too).
+local waiting, head = redis.call('ZCARD', KEYS[3]), nil
+local function taken(job)
+  local n = redis.call('ZREM', KEYS[3], job)
+  waiting, head = waiting - n, nil
+  return n
+end
+local function first()
+  if not head then head = redis.call('ZRANGE', KEYS[3], 0, 16) end
+  return head[1]
+end
 local function save(line)
-  if redis.call('ZCARD', KEYS[3]) > 0 then
+  if waiting > 0 then
     redis.call('HSET', KEYS[2], key, table.concat({fmt(line.f), fmt(line.projected), line.front or '',
       fmt(line.tag or 0), line.at_v or '0', fmt(line.advance or 0), fmt(line.paced or 0)}, '|'))
     redis.call('ZREM', KEYS[1], key)
@@ -67,7 +79,7 @@ local function promoted(line, first, tag, advance)
   line.front, line.tag, line.at_v, line.advance, line.paced = first, tag, '0', advance, 0
 end
 local function granted(line, job, attempt, advance, guessed)
-  local busy = redis.call('ZCARD', KEYS[3]) > 0
+  local busy = waiting > 0
   local begin = (busy and line.f) or math.min(math.max(line.f or 0, v), MAX_TAG)
   -- charged once per attempt: a charge in flight, or one settled, is not charged again
   local charged = redis.call('HEXISTS', KEYS[4], 'c:' .. job) == 1
@@ -79,19 +91,19 @@ local function granted(line, job, attempt, advance, guessed)
     redis.call('HSET', KEYS[4], 'c:' .. job, table.concat(c, '|'))
     line.f = math.min(begin + advance, MAX_TAG)
   end
-  redis.call('ZREM', KEYS[3], job)
-  local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-  if line.front and line.front ~= job and first == line.front then return not charged end
-  if not first then line.front = nil return not charged end
-  promoted(line, first, line.f or 0, advance)
+  taken(job)
+  local upcoming = first()
+  if line.front and line.front ~= job and upcoming == line.front then return not charged end
+  if not upcoming then line.front = nil return not charged end
+  promoted(line, upcoming, line.f or 0, advance)
   line.projected = math.max(line.projected, line.tag + advance)
   return not charged
 end
 local function left(line, job, advance)
-  if redis.call('ZREM', KEYS[3], job) == 0 or line.front ~= job then return end
-  local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-  if not first then line.front = nil return end
-  promoted(line, first, line.f or 0, advance)
+  if taken(job) == 0 or line.front ~= job then return end
+  local upcoming = first()
+  if not upcoming then line.front = nil return end
+  promoted(line, upcoming, line.f or 0, advance)
 end
 local line, charged, begins = load(), 0, {}
 local advance, guessed = estimate()
@@ -109,8 +121,9 @@ save(line)
 if charged > 0 then redis.call('PEXPIRE', KEYS[4], ARGV[7]) end
 begins = table.concat(begins, ' ')
 if not line.front then return {charged, begins, '', ''} end
-local queue = redis.call('ZRANGE', KEYS[3], 0, 16)
-local more = queue[1] == line.front and redis.call('ZCARD', KEYS[3]) - 1 or 0
+first()
+local queue = head
+local more = queue[1] == line.front and waiting - 1 or 0
 local following = {}
 for i = 2, math.min(#queue, more + 1) do following[#following + 1] = queue[i] end
 local placed = ''

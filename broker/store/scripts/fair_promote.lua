@@ -13,9 +13,10 @@
 --   one's, leaves the front where that one put it (absent: an older replica's, or a pass's)
 -- Returns 1 when it joined the line, 2 when it was there, 0 when it is gone (the caller reports it: fair_next `left`)
 local seq, settled = tonumber(ARGV[7] or ''), 'q:' .. ARGV[1]
+local entry = {ARGV[1], ARGV[3]}  -- the fronts hash's fields of a placed front: its entry, and a settle's count
 if seq then
   if seq < tonumber(redis.call('HGET', KEYS[3], settled) or '0') then return 2 end  -- a newer settle placed it
-  redis.call('HSET', KEYS[3], settled, ARGV[7])  -- as given: a number past 14 digits would be written rounded
+  entry[3], entry[4] = settled, ARGV[7]  -- as given: a number past 14 digits would be written rounded
 end
 if redis.call('ZSCORE', KEYS[2], ARGV[1]) then
   local ok, view = pcall(cjson.decode, redis.call('HGET', KEYS[4], 'state') or '')
@@ -27,7 +28,7 @@ if redis.call('ZSCORE', KEYS[2], ARGV[1]) then
   end
   redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
-  redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
+  redis.call('HSET', KEYS[3], unpack(entry))
   redis.call('PUBLISH', ARGV[4], ARGV[5])
   return 1
 end
@@ -37,7 +38,7 @@ if place then
     redis.call('ZADD', KEYS[1], 'XX', ARGV[2], ARGV[1])
     redis.call('PUBLISH', ARGV[4], ARGV[6])
   end
-  redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
+  redis.call('HSET', KEYS[3], unpack(entry))
   return 2
 end
 redis.call('HDEL', KEYS[3], ARGV[1], settled)

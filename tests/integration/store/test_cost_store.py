@@ -209,18 +209,28 @@ async def test_the_scripts_compute_what_cost_py_computes(
         await both.same_state()
 
 
-async def test_a_settle_reads_its_keys_queue_and_history_once(redis: Redis, backend: str) -> None:
+async def _calls(redis: Redis) -> dict[str, int]:
+    stats = await redis.info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(value["calls"]) for name, value in stats.items()}
+
+
+async def test_a_key_step_and_a_settle_read_their_keys_queue_and_history_once(redis: Redis, backend: str) -> None:
     if backend == "cluster":
         pytest.skip("counts the commands of one Redis (INFO commandstats)")
-    # Given a key of three waiting jobs whose first was granted (its key step charged it) and runs
+    # Given a key of three waiting jobs
     both = Both(redis, CostSettings(CostMode.TIME, 60_000), (1.0, 1.0))
     for i in (0, 4, 8):
         await both.enter(i)
     job = both.job(0)
     key, priority, weight = both.scheduling(0)
     await both.taken([Step(job, 1)])
+    # When a pass grants its first (the key step charges it) and places the next front
+    await redis.config_resetstat()
     stepped = await both.store.step(key, priority, weight, both.virtual, [Step(job, 1)])
-    assert stepped.charged == both.model.step(key, priority, weight, both.virtual, [Step(job, 1)])
+    # Then the step does what cost.py computes, reading the queue's length and its head once each
+    assert stepped.charged == both.model.step(key, priority, weight, both.virtual, [Step(job, 1)]) == 1
+    both.same_front(stepped.front, 0)
+    assert ((calls := await _calls(redis))["zcard"], calls["zrange"]) == (1, 1)
     await both.placed(stepped.front)
     # When the run settles, having measured its time
     await redis.config_resetstat()
@@ -230,10 +240,12 @@ async def test_a_settle_reads_its_keys_queue_and_history_once(redis: Redis, back
     assert (done.applied, done.delta) == (applied, delta) == (True, 30_000 - 60_000)
     # And it read the queue's length and the key's History once each, found its charge with one read, and renewed
     # the retention of the cost hash and the settled zset once each
-    stats = await redis.info("commandstats")
-    calls = {name.removeprefix("cmdstat_"): int(value["calls"]) for name, value in stats.items()}
+    calls = await _calls(redis)
     assert (calls["zcard"], calls["hmget"], calls["pexpire"]) == (1, 1, 2)
     assert "hexists" not in calls and "exists" not in calls
     both.same_front(done.front, 0)
+    # And placing the front it moved writes its entry and the settle's count in one HSET
+    await redis.config_resetstat()
     await both.placed(done.front, move=True)
+    assert (await _calls(redis))["hset"] == 1
     await both.same_state()
