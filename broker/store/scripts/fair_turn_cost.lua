@@ -35,19 +35,10 @@ local function load()
   return {f = tonumber(x[1]), projected = tonumber(x[2]), front = front, tag = tonumber(x[4]), at_v = x[5],
     advance = tonumber(x[6]), paced = tonumber(x[7])}
 end
-local function save(line)
-  if redis.call('ZCARD', KEYS[3]) > 0 then
-    redis.call('HSET', KEYS[2], key, table.concat({fmt(line.f), fmt(line.projected), line.front or '',
-      fmt(line.tag or 0), line.at_v or '0', fmt(line.advance or 0), fmt(line.paced or 0)}, '|'))
-    redis.call('ZREM', KEYS[1], key)
-    return
-  end
-  redis.call('HDEL', KEYS[2], key)
-  if line.f and line.f > v then
-    redis.call('ZADD', KEYS[1], fmt(line.f), key)
-  else
-    redis.call('ZREM', KEYS[1], key)
-  end
+local function save(line)  -- after the job joined the key's queue: the key has a waiting job (its line is kept in KEYS[2])
+  redis.call('HSET', KEYS[2], key, table.concat({fmt(line.f), fmt(line.projected), line.front or '',
+    fmt(line.tag or 0), line.at_v or '0', fmt(line.advance or 0), fmt(line.paced or 0)}, '|'))
+  redis.call('ZREM', KEYS[1], key)
 end
 local line, job = load(), ARGV[8]
 if redis.call('ZSCORE', KEYS[3], job) then

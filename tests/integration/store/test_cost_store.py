@@ -214,6 +214,19 @@ async def _calls(redis: Redis) -> dict[str, int]:
     return {name.removeprefix("cmdstat_"): int(value["calls"]) for name, value in stats.items()}
 
 
+async def test_a_create_takes_its_turn_without_counting_its_keys_queue(redis: Redis, backend: str) -> None:
+    if backend == "cluster":
+        pytest.skip("counts the commands of one Redis (INFO commandstats)")
+    both = Both(redis, CostSettings(CostMode.TIME, 60_000), (1.0, 1.0))
+    # When the first job of a key and then a second one take their turns (the front, then parked behind it)
+    await redis.config_resetstat()
+    for i in (0, 4):
+        await both.enter(i)  # (each placing checked against cost.py)
+    # Then neither counted the queue it had just joined (it holds a job: the key's line is kept in its keys hash)
+    assert "zcard" not in await _calls(redis)
+    await both.same_state()
+
+
 async def test_a_key_step_and_a_settle_read_their_keys_queue_and_history_once(redis: Redis, backend: str) -> None:
     if backend == "cluster":
         pytest.skip("counts the commands of one Redis (INFO commandstats)")
