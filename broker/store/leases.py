@@ -119,8 +119,18 @@ class Leases:
 
     async def promote_due(self, now_ms: int, limit: int = 100) -> list[str]:
         """Take every job whose wake-up time has passed (atomically, once per lease) in every partition, and
-        ring the work doorbell for them: one pipeline (one round trip per node)."""
-        calls = [([keys.due(partition)], [now_ms, self.lease_ms, limit]) for partition in keys.partitions()]
+        ring the work doorbell for them. A pipeline first looks for one due job per partition (one round trip per
+        node; mostly none is); promote_due.lua runs only where one was found, and takes them atomically there (a job
+        another replica took in between is not due any more: it takes none)."""
+        partitions = list(keys.partitions())
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for partition in partitions:
+                pipe.zrangebyscore(keys.due(partition), "-inf", now_ms, start=0, num=1)
+            found = cast(list[list[object]], await pipe.execute())
+        due = [partition for partition, first in zip(partitions, found, strict=True) if first]
+        if not due:
+            return []
+        calls = [([keys.due(partition)], [now_ms, self.lease_ms, limit]) for partition in due]
         replies = await run_many(self._redis, self._scripts.promote_due, calls)
         promoted = [job_id for reply in replies for job_id in as_strings(reply)]
         if promoted:

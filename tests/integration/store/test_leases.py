@@ -63,3 +63,29 @@ def _fold(*events: JobEvent) -> JobView:
     view = fold(events)
     assert view is not None
     return view
+
+
+async def test_a_promotion_runs_its_script_only_in_the_partitions_where_a_job_is_due(
+    redis: Redis, backend: str
+) -> None:
+    leases = Leases(redis, lease_ms=1_000)
+    jobs = [new_job_id() for _ in range(20)]  # spread over many partitions
+    for job_id in jobs:
+        assert await leases.acquire(job_id, f"token-{job_id}", 1_000)  # each due at 2 000 (its lease lapses)
+    # When nothing is due yet, and then when every job is
+    if backend == "single":
+        await redis.config_resetstat()
+    assert await leases.promote_due(1_999) == []
+    if backend == "single":  # (one Redis: its INFO commandstats) nothing due: one read a partition, no script
+        calls = await _calls(redis)
+        assert (calls.get("evalsha", 0), calls["zrangebyscore"]) == (0, len(keys.partitions()))
+    # Then every job is promoted once, its wake-up pushed out by a lease
+    assert sorted(await leases.promote_due(2_000)) == sorted(jobs)
+    assert await leases.promote_due(2_000) == []
+    for job_id in jobs:
+        assert await redis.zscore(keys.due(keys.partition_of(job_id)), job_id) == 3_000
+
+
+async def _calls(redis: Redis) -> dict[str, int]:
+    stats = await redis.info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(value["calls"]) for name, value in stats.items()}
