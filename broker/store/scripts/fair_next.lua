@@ -23,10 +23,16 @@ local function charge(c, w)
   if w <= 0 or c / w >= MAX_ADVANCE then return MAX_ADVANCE end
   return math.max(FLOOR, math.min(MAX_ADVANCE, math.floor(c / w + 0.5)))
 end
+-- The key's cost hash is read once (its History `avg`, `n` and its charges in flight `c:<job>`), and kept as this
+-- script writes it: what the step charges, and where its runs in flight began (after()).
+local cost = {}
+do
+  local fields = redis.call('HGETALL', KEYS[4])
+  for i = 1, #fields, 2 do cost[fields[i]] = fields[i + 1] end
+end
 local function estimate()  -- the key's next charge, and '1' when it is the guess (no history)
   if ARGV[5] == 'runs' then return charge(UNIT, weight), '0' end
-  local h = redis.call('HMGET', KEYS[4], 'avg', 'n')
-  if tonumber(h[2] or '0') > 0 then return charge(tonumber(h[1]), weight), '0' end
+  if tonumber(cost.n or '0') > 0 then return charge(tonumber(cost.avg), weight), '0' end
   return charge(tonumber(ARGV[6]), weight), '1'
 end
 local function load()
@@ -65,10 +71,10 @@ local function save(line)
   end
 end
 local function after()  -- one past the starts of the key's charges in flight in this priority (cost.after)
-  local floor, fields = 0, redis.call('HGETALL', KEYS[4])
-  for i = 1, #fields, 2 do
-    if string.sub(fields[i], 1, 2) == 'c:' then
-      local q, start = string.match(fields[i + 1], '^([^|]*)|[^|]*|([^|]*)')
+  local floor = 0
+  for field, value in pairs(cost) do
+    if string.sub(field, 1, 2) == 'c:' then
+      local q, start = string.match(value, '^([^|]*)|[^|]*|([^|]*)')
       start = tonumber(start)
       if q == p and start and start + 1 > floor then floor = start + 1 end
     end
@@ -82,13 +88,13 @@ local function granted(line, job, attempt, advance, guessed)
   local busy = waiting > 0
   local begin = (busy and line.f) or math.min(math.max(line.f or 0, v), MAX_TAG)
   -- charged once per attempt: a charge in flight, or one settled, is not charged again
-  local charged = redis.call('HEXISTS', KEYS[4], 'c:' .. job) == 1
-    or redis.call('ZSCORE', KEYS[5], job .. ':' .. attempt)
+  local charged = cost['c:' .. job] ~= nil or redis.call('ZSCORE', KEYS[5], job .. ':' .. attempt)
   if not charged then
     local at_v, paced = (not busy and begin == v) and '1' or '0', 0
     if line.front == job then at_v, paced = line.at_v, line.paced end
-    local c = {p, fmt(advance), fmt(begin), at_v, fmt(paced), ARGV[3], attempt, guessed}
-    redis.call('HSET', KEYS[4], 'c:' .. job, table.concat(c, '|'))
+    local c = table.concat({p, fmt(advance), fmt(begin), at_v, fmt(paced), ARGV[3], attempt, guessed}, '|')
+    redis.call('HSET', KEYS[4], 'c:' .. job, c)
+    cost['c:' .. job] = c
     line.f = math.min(begin + advance, MAX_TAG)
   end
   taken(job)

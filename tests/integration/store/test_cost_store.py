@@ -240,10 +240,12 @@ async def test_a_key_step_and_a_settle_read_their_keys_queue_and_history_once(re
     # When a pass grants its first (the key step charges it) and places the next front
     await redis.config_resetstat()
     stepped = await both.store.step(key, priority, weight, both.virtual, [Step(job, 1)])
-    # Then the step does what cost.py computes, reading the queue's length and its head once each
+    # Then the step does what cost.py computes, reading the queue's length, its head and the key's cost hash (its
+    # History, its charges) once each
     assert stepped.charged == both.model.step(key, priority, weight, both.virtual, [Step(job, 1)]) == 1
     both.same_front(stepped.front, 0)
-    assert ((calls := await _calls(redis))["zcard"], calls["zrange"]) == (1, 1)
+    assert ((calls := await _calls(redis))["zcard"], calls["zrange"], calls["hgetall"]) == (1, 1, 1)
+    assert "hmget" not in calls and "hexists" not in calls
     await both.placed(stepped.front)
     # When the run settles, having measured its time
     await redis.config_resetstat()
