@@ -23,18 +23,24 @@ local function charge(c, w)
   return math.max(FLOOR, math.min(MAX_ADVANCE, math.floor(c / w + 0.5)))
 end
 -- What the script reads more than once is read once: the key's queue length (`waiting`; granted() takes a job out
--- of the queue and forgets it) and its History (`history`, {avg, n}; the settle writes it and keeps it).
-local waiting, history
+-- of the queue and forgets it) and its cost hash (`cost`: its History `avg`, `n` and its charges in flight
+-- `c:<job>`, kept as the script writes them), each when first needed.
+local waiting, cost
 local function queued()
   if not waiting then waiting = redis.call('ZCARD', KEYS[3]) end
   return waiting
 end
-local function learnt()
-  if not history then
-    local h = redis.call('HMGET', KEYS[4], 'avg', 'n')
-    history = {tonumber(h[1] or '0'), tonumber(h[2] or '0')}
+local function costs()
+  if not cost then
+    cost = {}
+    local fields = redis.call('HGETALL', KEYS[4])
+    for i = 1, #fields, 2 do cost[fields[i]] = fields[i + 1] end
   end
-  return history
+  return cost
+end
+local function learnt()  -- the key's History: {avg, n}
+  local h = costs()
+  return {tonumber(h.avg or '0'), tonumber(h.n or '0')}
 end
 local function estimate()  -- the key's next charge, and '1' when it is the guess (no history)
   if ARGV[5] == 'runs' then return charge(UNIT, weight), '0' end
@@ -66,10 +72,10 @@ local function save(line)
   end
 end
 local function after()  -- one past the starts of the key's charges in flight in this priority (cost.after)
-  local floor, fields = 0, redis.call('HGETALL', KEYS[4])
-  for i = 1, #fields, 2 do
-    if string.sub(fields[i], 1, 2) == 'c:' then
-      local q, start = string.match(fields[i + 1], '^([^|]*)|[^|]*|([^|]*)')
+  local floor = 0
+  for field, value in pairs(costs()) do
+    if string.sub(field, 1, 2) == 'c:' then
+      local q, start = string.match(value, '^([^|]*)|[^|]*|([^|]*)')
       start = tonumber(start)
       if q == p and start and start + 1 > floor then floor = start + 1 end
     end
@@ -83,13 +89,13 @@ local function granted(line, job, attempt, advance, guessed)
   local busy = queued() > 0
   local begin = (busy and line.f) or math.min(math.max(line.f or 0, v), MAX_TAG)
   -- charged once per attempt: a charge in flight, or one settled, is not charged again
-  local charged = redis.call('HEXISTS', KEYS[4], 'c:' .. job) == 1
-    or redis.call('ZSCORE', KEYS[5], job .. ':' .. attempt)
+  local charged = costs()['c:' .. job] ~= nil or redis.call('ZSCORE', KEYS[5], job .. ':' .. attempt)
   if not charged then
     local at_v, paced = (not busy and begin == v) and '1' or '0', 0
     if line.front == job then at_v, paced = line.at_v, line.paced end
-    local c = {p, fmt(advance), fmt(begin), at_v, fmt(paced), ARGV[3], attempt, guessed}
-    redis.call('HSET', KEYS[4], 'c:' .. job, table.concat(c, '|'))
+    local c = table.concat({p, fmt(advance), fmt(begin), at_v, fmt(paced), ARGV[3], attempt, guessed}, '|')
+    redis.call('HSET', KEYS[4], 'c:' .. job, c)
+    cost['c:' .. job] = c
     line.f = math.min(begin + advance, MAX_TAG)
   end
   redis.call('ZREM', KEYS[3], job)
@@ -106,14 +112,11 @@ local measured = tonumber(ARGV[10])
 local units = measured and charge(measured, weight)
 local applied, delta, at_v, paced = 0, 0, '0', 0
 if not redis.call('ZSCORE', KEYS[5], member) then
-  local charged = redis.call('HGET', KEYS[4], 'c:' .. job)
-  if not charged then
-    granted(line, job, ARGV[9], units or estimate(), '0')
-    charged = redis.call('HGET', KEYS[4], 'c:' .. job)
-  end
+  if not costs()['c:' .. job] then granted(line, job, ARGV[9], units or estimate(), '0') end
   local c = {}
-  for part in string.gmatch(charged .. '|', '([^|]*)|') do c[#c + 1] = part end
+  for part in string.gmatch(cost['c:' .. job] .. '|', '([^|]*)|') do c[#c + 1] = part end
   redis.call('HDEL', KEYS[4], 'c:' .. job)
+  cost['c:' .. job] = nil
   applied, at_v, paced = 1, c[4], tonumber(c[5])
   if units then
     local h = learnt()
@@ -121,7 +124,7 @@ if not redis.call('ZSCORE', KEYS[5], member) then
     avg = avg + (measured - avg) / math.min(n + 1, 8)
     local stored = string.format('%.17g', avg)
     redis.call('HSET', KEYS[4], 'avg', stored, 'n', n + 1)
-    history = {tonumber(stored), n + 1}
+    cost.avg, cost.n = stored, n + 1
     local advance = estimate()
     delta = math.max(units, FLOOR) - tonumber(c[2])
     if delta ~= 0 and queued() > 0 and line.f then

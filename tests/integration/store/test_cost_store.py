@@ -253,11 +253,11 @@ async def test_a_key_step_and_a_settle_read_their_keys_queue_and_history_once(re
     # Then it does what cost.py computes
     applied, delta, _, _ = both.model.settle(job, 1, key, priority, weight, 30_000.0, both.virtual)
     assert (done.applied, done.delta) == (applied, delta) == (True, 30_000 - 60_000)
-    # And it read the queue's length and the key's History once each, found its charge with one read, and renewed
-    # the retention of the cost hash and the settled zset once each
+    # And it read the queue's length and the key's cost hash (its History, its charge, the charges in flight) once
+    # each, its line with one HGET, and renewed the retention of the cost hash and the settled zset once each
     calls = await _calls(redis)
-    assert (calls["zcard"], calls["hmget"], calls["pexpire"]) == (1, 1, 2)
-    assert "hexists" not in calls and "exists" not in calls
+    assert (calls["zcard"], calls["hgetall"], calls["hget"], calls["pexpire"]) == (1, 1, 1, 2)
+    assert "hmget" not in calls and "hexists" not in calls and "exists" not in calls
     both.same_front(done.front, 0)
     # And placing the front it moved writes its entry and the settle's count in one HSET
     await redis.config_resetstat()
