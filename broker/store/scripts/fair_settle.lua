@@ -152,7 +152,7 @@ if not redis.call('ZSCORE', KEYS[5], member) then
 end
 local reply = {applied, fmt(delta), at_v, fmt(paced), units and fmt(units) or '', 0}
 if not line.front then reply[#reply + 1] = '' return reply end
-if redis.call('HEXISTS', KEYS[4], 'seq') == 0 then
+if costs().seq == nil then
   -- a new count (the key's first settle, or its cost hash expired: a run or a hold longer than the retention) starts
   -- at now (ms): above the count any of its fronts was placed with, unless the key settled more than once per ms
   redis.call('HSET', KEYS[4], 'seq', ARGV[11])
