@@ -158,7 +158,9 @@ class Both:
         elif what == "retry":  # a create retried (its job write lost) while the job waits: placed as before
             await self.retried(i)
         elif what == "grant":  # jobs of one key and priority, in one step (the front, parked ones, or none waiting)
-            await self.step(i, [Step(self.job(j), n) for j in list(range(i, JOBS, 4))[: measured + 1]])
+            jobs = [j for j in list(range(i, JOBS, 4))[: measured + 1] if j in self.entered]  # a pass claims created ones
+            if jobs:
+                await self.step(jobs[0], [Step(self.job(j), n) for j in jobs])
         elif what == "left":
             await self.step(i, [Step(self.job(i), left=True)])
         elif what == "settle":
