@@ -157,10 +157,8 @@ class Both:
                     await self.enter(j)
         elif what == "retry":  # a create retried (its job write lost) while the job waits: placed as before
             await self.retried(i)
-        elif what == "grant":  # jobs of one key and priority, in one step (the front, parked ones, or none waiting)
-            jobs = [j for j in list(range(i, JOBS, 4))[: measured + 1] if j in self.entered]  # a pass claims created ones
-            if jobs:
-                await self.step(jobs[0], [Step(self.job(j), n) for j in jobs])
+        elif what == "grant":
+            await self.grant(i, n, measured + 1)
         elif what == "left":
             await self.step(i, [Step(self.job(i), left=True)])
         elif what == "settle":
@@ -175,6 +173,13 @@ class Both:
             await self.settle(int(job.rsplit("_", 1)[1]), n, cost)
         elif what == "tick":
             self.virtual = min(self.virtual + n, fair.MAX_TAG)
+
+    async def grant(self, i: int, attempt: int, most: int) -> None:
+        """Jobs of one key and priority (jobs i, i + 4, ...) in one step: the front, parked ones, or none waiting; of
+        the jobs created (a pass claims jobs it read from the line)."""
+        jobs = [j for j in list(range(i, JOBS, 4))[:most] if j in self.entered]
+        if jobs:
+            await self.step(jobs[0], [Step(self.job(j), attempt) for j in jobs])
 
     async def same_places(self) -> None:
         """Every waiting job of a key is in its partition's line (its key's front, at its tag) or parked: none lost."""
