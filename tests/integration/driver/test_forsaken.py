@@ -92,16 +92,9 @@ async def test_a_run_accepted_while_its_answer_is_recorded_when_a_drain_cancels_
 async def test_a_refusal_answered_after_the_job_was_taken_over_leaves_its_slot_and_line_alone(
     make_replica: ClientFactory, sim: Simulator, redis: Redis
 ) -> None:
-    # Given a replica whose create of a job's run is on its way to a slow Hermes, with a long run lease (its renewal
-    # does not come before Hermes answers)
-    sim.settings.delay_s = LATE_S
-    replica = await make_replica(runs_lease_ms=60_000)
-    job_id = (await create(replica, {"input": "taken sleep:30"}))["run_id"]
-    await eventually(lambda: _async([e for e in sim.requests if e["path"] == "/v1/runs"]))
-    sim.settings.delay_s = 0
+    # Given a replica whose create of a job's run is on its way to a slow Hermes (a long lease: no renewal meanwhile)
+    replica, job_id, place = await taken_on_its_way(make_replica, sim, redis)
     slots, line = keys.FIRST_ADMISSION.slots, keys.line(keys.partition_of(job_id))
-    place = await redis.hget(slots, job_id)
-    assert place is not None
     # When the job is taken over meanwhile (its lease is another replica's, which holds its slot), and Hermes then
     # answers the first replica 429
     await redis.set(keys.lease(job_id), "another-replica/token", px=60_000)
@@ -113,6 +106,19 @@ async def test_a_refusal_answered_after_the_job_was_taken_over_leaves_its_slot_a
     assert await redis.hget(slots, job_id) == place
     assert await redis.zscore(line, job_id) is None
     assert not await redis.hget(keys.FIRST_ADMISSION.state, "refusing")
+
+
+async def taken_on_its_way(make_replica: ClientFactory, sim: Simulator, redis: Redis) -> tuple[Any, str, str]:
+    """A replica whose create of a job's run is on its way to a slow Hermes, with a long run lease (its renewal does
+    not come before Hermes answers): (the replica, the job, its admission slot's place)."""
+    sim.settings.delay_s = LATE_S
+    replica = await make_replica(runs_lease_ms=60_000)
+    job_id = str((await create(replica, {"input": "taken sleep:30"}))["run_id"])
+    await eventually(lambda: _async(creates(sim)))
+    sim.settings.delay_s = 0
+    place = await redis.hget(keys.FIRST_ADMISSION.slots, job_id)
+    assert place is not None
+    return replica, job_id, place
 
 
 async def _async(value: Any) -> Any:
@@ -177,16 +183,9 @@ async def test_a_create_a_drain_waits_for_keeps_its_admission_slot_so_no_other_c
 async def test_a_job_taken_over_while_a_drain_waits_for_its_create_keeps_its_slot_and_stays_out_of_the_line(
     make_replica: ClientFactory, sim: Simulator, redis: Redis
 ) -> None:
-    # Given a replica whose create of a job's run is on its way to a slow Hermes, with a long run lease (its renewal
-    # does not come before Hermes answers)
-    sim.settings.delay_s = LATE_S
-    replica = await make_replica(runs_lease_ms=60_000)
-    job_id = (await create(replica, {"input": "taken sleep:30"}))["run_id"]
-    await eventually(lambda: _async(creates(sim)))
-    sim.settings.delay_s = 0
+    # Given a replica whose create of a job's run is on its way to a slow Hermes (a long lease: no renewal meanwhile)
+    replica, job_id, place = await taken_on_its_way(make_replica, sim, redis)
     slots, line = keys.FIRST_ADMISSION.slots, keys.line(keys.partition_of(job_id))
-    place = await redis.hget(slots, job_id)
-    assert place is not None
     # When the replica drains (SIGTERM), and the job is taken over while the drain waits for Hermes's answer (its
     # lease is another replica's, which holds its slot)
     drain = asyncio.create_task(replica.app[supervisor_key].drain())  # type: ignore[index]
