@@ -1,150 +1,254 @@
-"""Script calls of one replica made in the same turn of the event loop go out together, in one pipeline.
+"""Script calls of one replica go out pipelined on one connection: each loop turn's calls in one write, without
+waiting for the replies of the writes before.
 
 A busy replica writes for many jobs at once (creates, appends of the runners); each call on its own costs
-a send and a read of its own (about 130 us of broker CPU per call against about 20 in a pipeline of 32). A call
-made while nothing else is on its way goes at once, alone (a quiet replica adds no wait to a write); the calls
-made while a batch (or a lone call) is on its way make up the next batch, which leaves as soon as that one has its
-replies: no call waits for a timer, and batches reach Redis one after another (two on two connections could
-arrive in either order, and a create takes its place in the line in its write: creates keep the order they were
-made in). The calls of a batch keep their order; each gets its own reply or error (a script's error fails only
-its call). Only on a single Redis without WAIT: a cluster pipeline splits by node anyway, and a WAIT belongs to
-the write it follows.
+a send and a read of its own (about 130 us of broker CPU per call against about 20 in a pipeline of 32). The calls
+made in one turn of the event loop leave together in one write; the next turn's calls leave at once too, on the
+same connection, while Redis still runs the ones before: Redis works on one write while the broker prepares the
+next, and no call waits for a timer or for another call's reply. One connection keeps the calls in the order they
+were made (a create takes its place in the line in its write: creates keep the order they were made in); a reader
+hands out the replies in that order, each call its own reply or error (a script's error fails only its call).
+Only on a single Redis without WAIT: a cluster pipeline splits by node anyway, and a WAIT belongs to the write it
+follows.
 
-A batch (or a lone call) is one write of the EVALSHAs packed together and a read of their replies on one pooled
-connection: redis-py's pipeline (a command stack, its packing, a callback lookup and an error check per reply)
-and its script call (a command dict, an options dict and a retry wrapper per call) cost more than the write.
+The connection is borrowed from the client's pool while calls are on their way and handed back when the last reply
+is in. A lost connection is replaced: the calls it had not answered are written again on the next (redis-py's own
+calls are retried through a brief disconnect, a Redis restart, the same way) before any call made after them. A
+Redis that forgot a script (a restart, SCRIPT FLUSH) has it loaded, and the calls that needed it go again, once.
+
+The write is the EVALSHAs packed together: redis-py's pipeline (a command stack, its packing, a callback lookup and
+an error check per reply) and its script call (a command dict, an options dict and a retry wrapper per call) cost
+more than the write.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Coroutine, Sequence
 
-from attrs import define
+from attrs import define, field
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import ConnectionError, NoScriptError, ResponseError
 
 from broker.store.connection import is_cluster
 from broker.store.scripts import Args
 
+#: A call written on this many connections that were lost fails with the last one's error.
+SENDS = 3
 
-@define
+
+@define(eq=False)
 class _Call:
     script: AsyncScript
     keys: Sequence[str]
     args: Args
     reply: asyncio.Future[object]
+    sent: int = 0  #: how many times it was written
+    reloaded: bool = False  #: sent again once already, after a NOSCRIPT
+
+
+@define(eq=False)
+class _Link:
+    """A borrowed connection and the calls written on it whose replies are not in yet, oldest first."""
+
+    connection: AbstractConnection
+    unanswered: deque[_Call] = field(factory=deque)
+    reader: asyncio.Task[None] | None = None
+    lost: bool = False
 
 
 class ScriptBatch:
-    """The script calls of one loop turn, sent in one pipeline."""
+    """The script calls of one replica, pipelined on one connection in the order they were made."""
 
     def __init__(self, redis: Redis) -> None:
         self._redis = redis
         self._cluster = is_cluster(redis)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._pending: list[_Call] = []
-        self._sending: set[asyncio.Task[None]] = set()  #: strong references to the batches on their way
-        self._alone = 0  #: calls on their way alone (1 or 0): a call made meanwhile joins the next turn's batch
-        self._turn = asyncio.Lock()  #: held by the batch (or lone call) on its way: the next waits for its replies
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pending: list[_Call] = []  #: made (or to write again) since the last write, in order
+        self._link: _Link | None = None
+        self._writer: asyncio.Task[None] | None = None
+        self._unloaded: deque[_Call] = deque()  #: calls whose script Redis forgot, to load and send again
+        self._tasks: set[asyncio.Task[None]] = set()  #: strong references to the readers, loads and hand-backs
 
     async def run(self, script: AsyncScript, keys: Sequence[str], args: Args) -> object:
         """The reply of `script` over `keys` and `args` (its error raised), sent with the turn's other calls."""
         loop = asyncio.get_running_loop()
         if loop is not self._loop:  # calls left on a loop that stopped before they ended are no one's
-            self._loop, self._pending, self._sending, self._alone = loop, [], set(), 0
-            self._turn = asyncio.Lock()
-        if not self._pending and not self._sending and not self._alone:  # nothing on its way: go at once, alone
-            self._alone += 1
-            try:
-                async with self._turn:
-                    (alone,) = await self._replies([(script, keys, args)])
-            finally:
-                self._alone -= 1
-            if isinstance(alone, BaseException):
-                raise alone
-            return alone
-        reply: asyncio.Future[object] = loop.create_future()
-        self._pending.append(_Call(script, keys, args, reply))
-        if len(self._pending) == 1:  # the first call since a batch left: its batch leaves when the one before is back
-            task = asyncio.create_task(self._send())
-            self._sending.add(task)
-            task.add_done_callback(self._sending.discard)
-        return await reply
-
-    async def _send(self) -> None:
-        async with self._turn:
-            calls, self._pending = self._pending, []  # every call made while the batch before was on its way
-            await self._send_calls(calls)
-
-    async def _send_calls(self, calls: list[_Call]) -> None:
-        try:
-            replies = await self._replies([(call.script, call.keys, call.args) for call in calls])
-            for call, reply in zip(calls, replies, strict=True):
-                _settle(call, reply)
-        except asyncio.CancelledError:
-            for call in calls:
-                call.reply.cancel()
-            raise
-        except Exception as error:  # the connection failed: every call of the batch failed with it
-            for call in calls:
-                _settle(call, error)
-
-    async def _replies(self, calls: Sequence[tuple[AsyncScript, Sequence[str], Args]]) -> list[object]:
-        """Each call's reply or error, in order; a Redis that forgot a script has it loaded and the calls that
-        needed it sent again (once)."""
-        replies: list[object] = await self._pipelined([(script.sha, keys, args) for script, keys, args in calls])
-        missing = [index for index, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
-        if missing:  # a restarted Redis: load the scripts and send those calls again
-            for script in {id(calls[index][0]): calls[index][0] for index in missing}.values():
-                await self._redis.script_load(script.script)
-            again = await self._pipelined([(calls[index][0].sha, *calls[index][1:]) for index in missing])
-            for index, reply in zip(missing, again, strict=True):
-                replies[index] = (
-                    NoScriptError("the script could not be loaded") if isinstance(reply, NoScriptError) else reply
-                )
-        return replies
-
-    async def _pipelined(self, calls: Sequence[tuple[str, Sequence[str], Args]]) -> list[object]:
-        """EVALSHA each (sha, keys, args) in one write on one connection; a script's error is its reply."""
+            self._loop = loop
+            self._reset()
         if self._cluster:  # not the broker's use (a cluster pipeline splits by node): one call after another
-            return [await self._one(*call) for call in calls]
-        pool = self._redis.connection_pool
-        connection: AbstractConnection = await pool.get_connection()  # type: ignore[no-untyped-call]  # redis-py
+            return await self._one(script, keys, args)
+        call = _Call(script, keys, args, loop.create_future())
+        self._queue(call)
+        return await call.reply
+
+    def _queue(self, call: _Call) -> None:
+        self._pending.append(call)
+        self._write_soon()
+
+    def _write_soon(self) -> None:
+        if self._writer is None:  # it writes in the next loop turn, with the calls made in this one
+            self._writer = self._spawn(self._write())
+
+    def _spawn(self, work: Coroutine[object, object, None]) -> asyncio.Task[None]:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _write(self) -> None:
+        """Write the pending calls, and those made while that write was on its way, until none is left."""
         try:
-            packed = [
-                part
-                for sha, keys, args in calls
-                for part in connection.pack_command("EVALSHA", sha, len(keys), *keys, *args)
-            ]
-            # retried through a brief disconnect (a Redis restart), as redis-py's own calls are (connect())
-            return await connection.retry.call_with_retry(
-                lambda: _exchange(connection, packed, len(calls)), lambda _: connection.disconnect()
-            )
-        except BaseException:
-            await connection.disconnect()  # replies may be left unread on it (a cancel, a lost connection)
-            raise
+            while self._pending:
+                link = self._link or await self._borrow()
+                calls, self._pending = self._pending, []
+                if link is None:  # Redis cannot be reached (redis-py's connect() retried): the calls fail
+                    for call in calls:
+                        _settle(call, ConnectionError("Redis cannot be reached"))
+                    continue
+                packed = _packed(link.connection, calls)
+                if not calls:  # none could be packed
+                    if not link.unanswered and link.reader is None:
+                        self._link = None
+                        await self._redis.connection_pool.release(link.connection)
+                    continue
+                link.unanswered.extend(calls)  # before the write: its replies may be read as soon as it is out
+                if link.reader is None:
+                    link.reader = self._spawn(self._read(link))
+                try:
+                    await link.connection.send_packed_command(packed, check_health=False)
+                except asyncio.CancelledError:  # the loop stops: nothing will read the replies
+                    await self._abandon(link)
+                    raise
+                except Exception as error:  # the connection failed: its unanswered calls go first on the next
+                    self._lose(link, error)
         finally:
-            await pool.release(connection)
+            self._writer = None
 
-    async def _one(self, sha: str, keys: Sequence[str], args: Args) -> object:
+    async def _borrow(self) -> _Link | None:
+        """A pooled connection, held while calls are on their way on it; None when Redis cannot be reached."""
+        pool = self._redis.connection_pool
         try:
-            return await self._redis.evalsha(sha, len(keys), *keys, *args)
-        except ResponseError as error:
-            return error
+            connection: AbstractConnection = await pool.get_connection()  # type: ignore[no-untyped-call]  # redis-py
+        except Exception:
+            return None
+        self._link = _Link(connection)
+        return self._link
 
-
-async def _exchange(connection: AbstractConnection, packed: list[bytes], count: int) -> list[object]:
-    await connection.send_packed_command(packed, check_health=False)
-    replies: list[object] = []
-    for _ in range(count):
+    async def _read(self, link: _Link) -> None:
+        """Hand out the link's replies in order until every call written on it has its reply; then give the
+        connection back."""
         try:
-            replies.append(await connection.read_response())
-        except ResponseError as error:  # an error reply is its own call's reply only
-            replies.append(error)
-    return replies
+            while link.unanswered and not link.lost:
+                try:
+                    reply: object = await link.connection.read_response()
+                except ResponseError as error:  # an error reply is its own call's reply only
+                    reply = error
+                except asyncio.CancelledError:
+                    if not link.lost:  # the loop stops (not the reader of a lost connection, cancelled by _lose)
+                        await self._abandon(link)
+                    raise
+                except Exception as error:  # the connection failed
+                    self._lose(link, error)
+                    return
+                call = link.unanswered.popleft()
+                if isinstance(reply, NoScriptError) and not call.reloaded:
+                    self._reload(call)
+                elif isinstance(reply, NoScriptError):
+                    _settle(call, NoScriptError("the script could not be loaded"))
+                else:
+                    _settle(call, reply)
+        finally:
+            if link.reader is asyncio.current_task():
+                link.reader = None
+            if not link.lost and not link.unanswered:  # every reply is in: nothing is left unread on it
+                if self._link is link:
+                    self._link = None
+                await self._redis.connection_pool.release(link.connection)
+
+    def _reload(self, call: _Call) -> None:
+        """A restarted Redis forgot the call's script: it is loaded and the call sent again (once), after the calls
+        made meanwhile; calls reloaded together go again in the order they were made."""
+        call.reloaded = True
+        self._unloaded.append(call)
+        if len(self._unloaded) == 1:
+            self._spawn(self._load())
+
+    async def _load(self) -> None:
+        while self._unloaded:
+            call = self._unloaded[0]
+            try:
+                await self._redis.script_load(call.script.script)
+            except Exception as error:
+                _settle(call, error)
+            else:
+                self._queue(call)
+            finally:
+                self._unloaded.popleft()
+
+    def _lose(self, link: _Link, error: Exception) -> None:
+        """The link's connection failed: its unanswered calls are written again, on another, before any call made
+        after them (a call written on `SENDS` lost connections fails with the error)."""
+        if link.lost:
+            return
+        link.lost = True
+        if self._link is link:
+            self._link = None
+        if link.reader is not None and link.reader is not asyncio.current_task():
+            link.reader.cancel()
+        again = [call for call in link.unanswered if call.sent < SENDS]
+        for call in link.unanswered:
+            if call.sent >= SENDS:
+                _settle(call, error)
+        link.unanswered.clear()
+        self._pending[:0] = again
+        self._spawn(self._hand_back(link.connection))
+        if self._pending:
+            self._write_soon()
+
+    async def _abandon(self, link: _Link) -> None:
+        """The loop stops: the link's calls are cancelled and its connection handed back, closed."""
+        link.lost = True
+        if self._link is link:
+            self._link = None
+        if link.reader is not None and link.reader is not asyncio.current_task():
+            link.reader.cancel()
+        for call in link.unanswered:
+            call.reply.cancel()
+        link.unanswered.clear()
+        await self._hand_back(link.connection)
+
+    async def _hand_back(self, connection: AbstractConnection) -> None:
+        await connection.disconnect()  # replies may be left unread on it
+        await self._redis.connection_pool.release(connection)
+
+    async def _one(self, script: AsyncScript, keys: Sequence[str], args: Args) -> object:
+        """One call on its own (a cluster), its script loaded first when the node forgot it."""
+        try:
+            return await self._redis.evalsha(script.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            await self._redis.script_load(script.script)
+            return await self._redis.evalsha(script.sha, len(keys), *keys, *args)
+
+
+def _packed(connection: AbstractConnection, calls: list[_Call]) -> list[bytes]:
+    """The calls' EVALSHAs packed; a call with an argument Redis cannot take has its error and leaves `calls`."""
+    packed: list[bytes] = []
+    for call in list(calls):
+        try:
+            packed += connection.pack_command("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args)
+        except Exception as error:
+            _settle(call, error)
+            calls.remove(call)
+        else:
+            call.sent += 1
+    return packed
 
 
 def _settle(call: _Call, reply: object) -> None:

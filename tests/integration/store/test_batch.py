@@ -1,13 +1,18 @@
-"""The script calls of one loop turn go out in one pipeline (broker/store/batch.py): each gets its own reply
-in order, a script's error fails only its call, and a Redis that forgot its scripts has them loaded again."""
+"""The script calls of one loop turn go out in one pipeline (broker/store/batch.py), without waiting for the replies
+of the calls before on the same connection: each gets its own reply in order, a script's error fails only its call,
+a lost connection's calls go again before later ones, and a Redis that forgot its scripts has them loaded again."""
 
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
-from redis.exceptions import ResponseError
+from redis.exceptions import DataError, ResponseError
 
 from broker.store.batch import ScriptBatch
 from broker.store.connection import connect
@@ -97,3 +102,85 @@ async def test_batches_made_while_others_are_on_their_way_reach_redis_in_call_or
             assert await client.lrange(key, 0, -1) == made  # each call's place is taken in call order
         finally:
             await client.aclose()
+
+
+@asynccontextmanager
+async def writes_paused(redis: Redis) -> AsyncIterator[None]:
+    """Redis holds every client's script calls (CLIENT PAUSE WRITE) until the block ends."""
+    await redis.client_pause(10_000, all=False)
+    try:
+        yield
+    finally:
+        await redis.client_unpause()
+
+
+async def held_connection(redis: Redis, *, holding_bytes: int = -1) -> dict[str, Any]:
+    """The one client Redis holds in a paused call, once its query buffer has more than `holding_bytes` behind
+    that call (calls written after it)."""
+    deadline = time.monotonic() + 10
+    while True:
+        held = [client for client in await redis.client_list() if "b" in client["flags"]]
+        if len(held) == 1 and int(held[0]["qbuf"]) > holding_bytes:
+            return held[0]
+        assert len(held) <= 1, held
+        assert time.monotonic() < deadline, f"no connection holds calls written after a paused one: {held}"
+        await asyncio.sleep(0.02)
+
+
+async def calls_over_turns(batch: ScriptBatch, echo: Any, key: str, values: list[str]) -> list[asyncio.Task[object]]:
+    calls = []
+    for value in values:  # each in a loop turn of its own: each its own write
+        calls.append(asyncio.create_task(batch.run(echo, [key], [value])))
+        await asyncio.sleep(0)
+    return calls
+
+
+async def test_calls_made_while_an_earlier_one_waits_in_redis_are_written_at_once_on_its_connection(
+    redis: Redis,
+) -> None:
+    batch, echo, key = ScriptBatch(redis), redis.register_script(ECHO), "{batch}:pipelined"
+    await redis.script_load(ECHO)
+    async with writes_paused(redis):
+        first = await calls_over_turns(batch, echo, key, ["first"])
+        await held_connection(redis)  # the first call waits in Redis, unanswered
+        later = await calls_over_turns(batch, echo, key, ["0", "1", "2"])
+        # written behind it on the same connection, not held back until its reply: Redis works on the next write
+        # while the replica makes the one after
+        await held_connection(redis, holding_bytes=3 * len(f"{key}0"))
+        assert not any(call.done() for call in first + later)
+
+    assert await asyncio.gather(*first, *later) == ["first", "0", "1", "2"]
+    assert await redis.lrange(key, 0, -1) == ["first", "0", "1", "2"]
+
+
+async def test_calls_on_a_connection_that_is_lost_go_again_in_order_before_later_calls(redis: Redis) -> None:
+    batch, echo, key = ScriptBatch(redis), redis.register_script(ECHO), "{batch}:lost"
+    await redis.script_load(ECHO)
+    async with writes_paused(redis):
+        lost = await calls_over_turns(batch, echo, key, ["a", "b", "c"])
+        held = await held_connection(redis, holding_bytes=2 * len(f"{key}a"))
+        await redis.client_kill_filter(_id=held["id"])  # the calls were written but never ran
+        later = await calls_over_turns(batch, echo, key, ["d"])
+
+    assert await asyncio.gather(*lost, *later) == ["a", "b", "c", "d"]
+    assert await redis.lrange(key, 0, -1) == ["a", "b", "c", "d"]  # each once, in the order made
+
+
+async def test_a_call_that_cannot_be_sent_and_a_cancelled_call_leave_the_others_their_replies(redis: Redis) -> None:
+    batch, echo, key = ScriptBatch(redis), redis.register_script(ECHO), "{batch}:alone"
+    await redis.script_load(ECHO)
+    async with writes_paused(redis):
+        first = await calls_over_turns(batch, echo, key, ["a"])
+        await held_connection(redis)
+        unsendable = asyncio.create_task(batch.run(echo, [key], [{"not": "a string"}]))  # type: ignore[list-item]
+        cancelled, last = await calls_over_turns(batch, echo, key, ["b", "c"])
+        await held_connection(redis, holding_bytes=len(f"{key}b"))
+        cancelled.cancel()
+
+    with pytest.raises(DataError):
+        await unsendable
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    assert await asyncio.gather(*first, last) == ["a", "c"]
+    assert await redis.lrange(key, 0, -1) == ["a", "b", "c"]  # the cancelled call had been written: it ran
+    assert await batch.run(echo, [key], ["d"]) == "d"  # its unread reply did not shift the replies after it
