@@ -12,8 +12,9 @@ Only on a single Redis without WAIT: a cluster pipeline splits by node anyway, a
 follows.
 
 The connection is borrowed from the client's pool while calls are on their way and handed back when the last reply
-is in. A lost connection is replaced: the calls it had not answered are written again on the next (redis-py's own
-calls are retried through a brief disconnect, a Redis restart, the same way) before any call made after them. A
+is in. A lost connection is replaced once Redis answers a PING again (redis-py's retry, with its backoff, waits out
+a restart or a Redis still loading its data): the calls it had not answered are written again on the next (redis-py's
+own calls are retried the same way) before any call made after them. A
 Redis that forgot a script (a restart, SCRIPT FLUSH) has it loaded, and the calls that needed it go again, once.
 
 The write is the EVALSHAs packed together: redis-py's pipeline (a command stack, its packing, a callback lookup and
@@ -73,6 +74,7 @@ class ScriptBatch:
         self._pending: list[_Call] = []  #: made (or to write again) since the last write, in order
         self._link: _Link | None = None
         self._writer: asyncio.Task[None] | None = None
+        self._lost = False  #: a connection was lost: Redis is to answer a PING before the next write
         self._unloaded: deque[_Call] = deque()  #: calls whose script Redis forgot, to load and send again
         self._tasks: set[asyncio.Task[None]] = set()  #: strong references to the readers, loads and hand-backs
 
@@ -106,11 +108,12 @@ class ScriptBatch:
         """Write the pending calls, and those made while that write was on its way, until none is left."""
         try:
             while self._pending:
-                link = self._link or await self._borrow()
+                reached = await self._reached()
+                link = (self._link or await self._borrow()) if reached is None else None
                 calls, self._pending = self._pending, []
                 if link is None:  # Redis cannot be reached (redis-py's connect() retried): the calls fail
                     for call in calls:
-                        _settle(call, ConnectionError("Redis cannot be reached"))
+                        _settle(call, reached or ConnectionError("Redis cannot be reached"))
                     continue
                 packed = _packed(link.connection, calls)
                 if not calls:  # none could be packed
@@ -130,6 +133,18 @@ class ScriptBatch:
                     self._lose(link, error)
         finally:
             self._writer = None
+
+    async def _reached(self) -> Exception | None:
+        """After a lost connection, wait for Redis to answer (redis-py's retry and backoff wait out a restart, or
+        a Redis that answers LOADING while it reads its data back); the error when it did not."""
+        if not self._lost:
+            return None
+        self._lost = False
+        try:
+            await self._redis.ping()
+        except Exception as error:
+            return error
+        return None
 
     async def _borrow(self) -> _Link | None:
         """A pooled connection, held while calls are on their way on it; None when Redis cannot be reached."""
@@ -208,6 +223,7 @@ class ScriptBatch:
                 _settle(call, error)
         link.unanswered.clear()
         self._pending[:0] = again
+        self._lost = True
         self._spawn(self._hand_back(link.connection))
         if self._pending:
             self._write_soon()
