@@ -56,6 +56,15 @@ def test_fold_is_resumable_at_any_split(events: list[JobEvent], data: st.DataObj
     assert fold(events[split:], fold(events[:split])) == fold(events)
 
 
+@given(st.one_of(histories(), event_lists()), st.data())
+def test_fold_is_apply_event_by_event(events: list[JobEvent], data: st.DataObject) -> None:
+    initial = data.draw(st.sampled_from([None, fold(events[:1])]))
+    stepped = initial
+    for event in events:
+        stepped = apply(stepped, event)
+    assert fold(events, initial) == stepped  # the counter too: one per event folded onto a live view
+
+
 @given(event_lists())
 def test_fold_is_deterministic(events: list[JobEvent]) -> None:
     assert fold(events) == fold(list(events))
