@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from attrs import frozen
 
 from broker.events import JobEvent, JobFinished, JobStatus, RunAccepted, RunInterrupted
-from projections.job import JobView, apply
+from projections.job import JobView, apply, fold
 
 STATUSES = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED)
 TOKENS = ("input_tokens", "output_tokens", "total_tokens")
@@ -77,14 +77,16 @@ _COUNTED = (RunAccepted, RunInterrupted, JobFinished)
 def facts(view: JobView | None, events: Sequence[JobEvent]) -> list[Used]:
     """What `events`, folded onto `view` (None: from the job's start), add to its key's usage."""
     found: list[Used] = []
-    if not any(isinstance(event, _COUNTED) for event in events):
-        return found  # most writes (relayed Hermes events): nothing to fold
-    for event in events:
+    folded = 0  #: the events before this one are folded onto `view` up to here
+    for index, event in enumerate(events):
+        if not isinstance(event, _COUNTED):
+            continue  # most events (relayed Hermes events) count nothing: folded together, at the next that counts
+        view = fold(events[folded:index], view)
         if view is not None and not view.status.terminal:
             used = _fact(view, event)
             if used is not None:
                 found.append(used)
-        view = apply(view, event)
+        view, folded = apply(view, event), index + 1
     return found
 
 

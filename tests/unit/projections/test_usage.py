@@ -113,3 +113,9 @@ def test_the_facts_are_the_same_however_the_history_is_cut(events: list, data: s
     assert facts(None, events[:cut]) + facts(fold(events[:cut]), events[cut:]) == whole
     assert sum(used.marker.endswith(":end") for used in whole) <= 1  # a job ends once
     assert all(used.hermes_ms >= 0 for used in whole)
+
+
+@given(histories())
+def test_the_facts_of_a_write_are_those_of_its_events_one_by_one(events: list) -> None:  # type: ignore[type-arg]
+    one_by_one = [used for index, event in enumerate(events) for used in facts(fold(events[:index]), [event])]
+    assert facts(None, events) == one_by_one
