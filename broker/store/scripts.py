@@ -13,8 +13,9 @@ from importlib import resources
 from typing import cast
 
 from redis.asyncio import Redis
+from redis.asyncio.connection import AbstractConnection
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 from redis.typing import EncodableT, FieldT
 
 from broker.store.connection import is_cluster
@@ -186,11 +187,7 @@ async def run_many(redis: Redis, script: AsyncScript, calls: Sequence[tuple[Sequ
     replies: list[object] = [None] * len(calls)
     todo = list(range(len(calls)))
     for _ in range(2):
-        async with redis.pipeline(transaction=False) as pipe:
-            for index in todo:
-                call_keys, args = calls[index]
-                pipe.execute_command("EVALSHA", script.sha, len(call_keys), *call_keys, *args)
-            results = await pipe.execute(raise_on_error=False)
+        results = await _evalshas(redis, script.sha, [calls[index] for index in todo])
         missing = []
         for index, result in zip(todo, results, strict=True):
             if isinstance(result, NoScriptError):
@@ -204,6 +201,47 @@ async def run_many(redis: Redis, script: AsyncScript, calls: Sequence[tuple[Sequ
         await redis.script_load(script.script)
         todo = missing
     raise NoScriptError("the script could not be loaded")
+
+
+async def _evalshas(redis: Redis, sha: str, calls: Sequence[tuple[Sequence[str], Args]]) -> list[object]:
+    """EVALSHA `sha` once per call, in one write; each reply or error reply in order. On a single Redis the calls are
+    packed by the pool's connection (hiredis) and their replies read off it as they are (a redis-py pipeline costs a
+    command stack, a callback lookup and an error check per call: more than the write); retried through a brief
+    disconnect as redis-py's own commands are."""
+    if not calls:
+        return []
+    if is_cluster(redis):
+        async with redis.pipeline(transaction=False) as pipe:
+            for call_keys, args in calls:
+                pipe.execute_command("EVALSHA", sha, len(call_keys), *call_keys, *args)
+            return cast(list[object], await pipe.execute(raise_on_error=False))
+    pool = redis.connection_pool
+    connection: AbstractConnection = await pool.get_connection()  # type: ignore[no-untyped-call]  # redis-py
+    try:
+        packed = [
+            part
+            for call_keys, args in calls
+            for part in connection.pack_command("EVALSHA", sha, len(call_keys), *call_keys, *args)
+        ]
+        return await connection.retry.call_with_retry(
+            lambda: _exchange(connection, packed, len(calls)), lambda _: connection.disconnect()
+        )
+    except BaseException:
+        await connection.disconnect()  # replies may be left unread on it (a cancel, a lost connection)
+        raise
+    finally:
+        await pool.release(connection)
+
+
+async def _exchange(connection: AbstractConnection, packed: list[bytes], count: int) -> list[object]:
+    await connection.send_packed_command(packed, check_health=False)
+    replies: list[object] = []
+    for _ in range(count):
+        try:
+            replies.append(await connection.read_response())
+        except ResponseError as error:  # an error reply is its own call's reply only
+            replies.append(error)
+    return replies
 
 
 async def ring_work(redis: Redis, ring: Mapping[str, str]) -> None:
