@@ -14,8 +14,9 @@ follows.
 The connection is borrowed from the client's pool while calls are on their way and handed back when the last reply
 is in. A lost connection is replaced once Redis answers a PING again (redis-py's retry, with its backoff, waits out
 a restart or a Redis still loading its data): the calls it had not answered are written again on the next (redis-py's
-own calls are retried the same way) before any call made after them. A
-Redis that forgot a script (a restart, SCRIPT FLUSH) has it loaded, and the calls that needed it go again, once.
+own calls are retried the same way) before any call made after them. When Redis forgot a script (a restart, SCRIPT
+FLUSH), nothing more is written until the calls on their way are answered; the scripts are loaded and the calls that
+needed them go again (once), in their order, ahead of the calls made meanwhile.
 
 The write is the EVALSHAs packed together: redis-py's pipeline (a command stack, its packing, a callback lookup and
 an error check per reply) and its script call (a command dict, an options dict and a retry wrapper per call) cost
@@ -75,7 +76,10 @@ class ScriptBatch:
         self._link: _Link | None = None
         self._writer: asyncio.Task[None] | None = None
         self._lost = False  #: a connection was lost: Redis is to answer a PING before the next write
-        self._unloaded: deque[_Call] = deque()  #: calls whose script Redis forgot, to load and send again
+        #: calls answered NOSCRIPT (Redis forgot their script), in the order they were made: nothing is written while
+        #: there are any, until their scripts are loaded and they are on their way again
+        self._forgotten: list[_Call] = []
+        self._loading = False
         self._tasks: set[asyncio.Task[None]] = set()  #: strong references to the readers, loads and hand-backs
 
     async def run(self, script: AsyncScript, keys: Sequence[str], args: Args) -> object:
@@ -107,9 +111,14 @@ class ScriptBatch:
     async def _write(self) -> None:
         """Write the pending calls, and those made while that write was on its way, until none is left."""
         try:
-            while self._pending:
+            while self._pending and not self._forgotten:
                 reached = await self._reached()
                 link = (self._link or await self._borrow()) if reached is None else None
+                if self._forgotten:  # answered NOSCRIPT meanwhile: nothing is written until those calls go again
+                    if link is not None and not link.unanswered and link.reader is None:
+                        self._link = None
+                        await self._redis.connection_pool.release(link.connection)
+                    break
                 calls, self._pending = self._pending, []
                 if link is None:  # Redis cannot be reached (redis-py's connect() retried): the calls fail
                     for call in calls:
@@ -174,7 +183,8 @@ class ScriptBatch:
                     return
                 call = link.unanswered.popleft()
                 if isinstance(reply, NoScriptError) and not call.reloaded:
-                    self._reload(call)
+                    call.reloaded = True
+                    self._forgotten.append(call)
                 elif isinstance(reply, NoScriptError):
                     _settle(call, NoScriptError("the script could not be loaded"))
                 else:
@@ -185,27 +195,31 @@ class ScriptBatch:
             if not link.lost and not link.unanswered:  # every reply is in: nothing is left unread on it
                 if self._link is link:
                     self._link = None
+                self._load_soon()
                 await self._redis.connection_pool.release(link.connection)
 
-    def _reload(self, call: _Call) -> None:
-        """A restarted Redis forgot the call's script: it is loaded and the call sent again (once), after the calls
-        made meanwhile; calls reloaded together go again in the order they were made."""
-        call.reloaded = True
-        self._unloaded.append(call)
-        if len(self._unloaded) == 1:
+    def _load_soon(self) -> None:
+        """Once every call written before has its reply, load the scripts Redis forgot (a restart, SCRIPT FLUSH)."""
+        if self._forgotten and not self._loading:
+            self._loading = True
             self._spawn(self._load())
 
     async def _load(self) -> None:
-        while self._unloaded:
-            call = self._unloaded[0]
-            try:
-                await self._redis.script_load(call.script.script)
-            except Exception as error:
+        """Load the forgotten calls' scripts and write those calls again (once), ahead of every call not written
+        yet: creates keep the order they were made in. A call written meanwhile that Redis ran (a script it still
+        had, or one another client loaded again) keeps its reply."""
+        try:
+            for script in {id(call.script): call.script for call in self._forgotten}.values():
+                await self._redis.script_load(script.script)
+        except Exception as error:
+            for call in self._forgotten:
                 _settle(call, error)
-            else:
-                self._queue(call)
-            finally:
-                self._unloaded.popleft()
+        else:
+            self._pending[:0] = self._forgotten
+        finally:
+            self._forgotten, self._loading = [], False
+            if self._pending:
+                self._write_soon()
 
     def _lose(self, link: _Link, error: Exception) -> None:
         """The link's connection failed: its unanswered calls are written again, on another, before any call made
@@ -222,9 +236,10 @@ class ScriptBatch:
             if call.sent >= SENDS:
                 _settle(call, error)
         link.unanswered.clear()
-        self._pending[:0] = again
+        self._pending[:0] = again  # after the forgotten calls, which were written before them
         self._lost = True
         self._spawn(self._hand_back(link.connection))
+        self._load_soon()
         if self._pending:
             self._write_soon()
 
@@ -235,9 +250,10 @@ class ScriptBatch:
             self._link = None
         if link.reader is not None and link.reader is not asyncio.current_task():
             link.reader.cancel()
-        for call in link.unanswered:
+        for call in [*self._forgotten, *link.unanswered]:
             call.reply.cancel()
         link.unanswered.clear()
+        self._forgotten = []
         await self._hand_back(link.connection)
 
     async def _hand_back(self, connection: AbstractConnection) -> None:

@@ -184,3 +184,16 @@ async def test_a_call_that_cannot_be_sent_and_a_cancelled_call_leave_the_others_
     assert await asyncio.gather(*first, last) == ["a", "c"]
     assert await redis.lrange(key, 0, -1) == ["a", "b", "c"]  # the cancelled call had been written: it ran
     assert await batch.run(echo, [key], ["d"]) == "d"  # its unread reply did not shift the replies after it
+
+
+async def test_calls_after_redis_forgot_their_script_keep_the_order_they_were_made_in(redis: Redis) -> None:
+    batch, echo, key = ScriptBatch(redis), redis.register_script(ECHO), "{batch}:forgot"
+    await redis.script_flush()  # a restarted Redis: the first calls are answered NOSCRIPT
+    calls = []
+    for n in range(400):  # calls made all along, while the first ones' script is loaded again
+        calls.append(asyncio.create_task(batch.run(echo, [key], [str(n)])))
+        await asyncio.sleep(0)
+    made = [str(n) for n in range(400)]
+
+    assert await asyncio.gather(*calls) == made
+    assert await redis.lrange(key, 0, -1) == made  # none written past a call waiting for its script
