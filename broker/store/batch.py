@@ -211,15 +211,19 @@ class ScriptBatch:
         try:
             for script in {id(call.script): call.script for call in self._forgotten}.values():
                 await self._redis.script_load(script.script)
+        except asyncio.CancelledError:  # the loop stops: nothing more is written (no writer left holding a connection)
+            for call in self._forgotten:
+                call.reply.cancel()
+            self._forgotten, self._loading = [], False
+            raise
         except Exception as error:
             for call in self._forgotten:
                 _settle(call, error)
         else:
             self._pending[:0] = self._forgotten
-        finally:
-            self._forgotten, self._loading = [], False
-            if self._pending:
-                self._write_soon()
+        self._forgotten, self._loading = [], False
+        if self._pending:
+            self._write_soon()
 
     def _lose(self, link: _Link, error: Exception) -> None:
         """The link's connection failed: its unanswered calls are written again, on another, before any call made

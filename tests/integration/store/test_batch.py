@@ -197,3 +197,39 @@ async def test_calls_after_redis_forgot_their_script_keep_the_order_they_were_ma
 
     assert await asyncio.gather(*calls) == made
     assert await redis.lrange(key, 0, -1) == made  # none written past a call waiting for its script
+
+
+def test_a_loop_stopped_while_forgotten_scripts_load_leaves_no_write_behind(redis_target: tuple[str, bool]) -> None:
+    url, cluster = redis_target
+    if cluster:
+        pytest.skip("a cluster's calls go one after another, not in batches")
+    client = connect(url, cluster=False)
+    batch, echo, key = ScriptBatch(client), client.register_script(ECHO), "{batch}:stopped-load"
+
+    async def stopped_while_loading() -> None:
+        await client.delete(key)
+        await client.script_flush()  # the first call is answered NOSCRIPT: its script is loaded again
+        forgotten = asyncio.create_task(batch.run(echo, [key], ["forgotten"]))
+        deadline = time.monotonic() + 10
+        while not batch._loading:  # the load is on its way
+            assert time.monotonic() < deadline, "the forgotten script was not loaded"
+            await asyncio.sleep(0)
+        later = asyncio.create_task(batch.run(echo, [key], ["later"]))  # waits for the load
+        for _ in range(3):  # made, and found the writing halted
+            await asyncio.sleep(0)
+        assert batch._loading
+        running = asyncio.all_tasks() - {asyncio.current_task()}
+        for task in running:  # as asyncio.run stops its loop
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        assert forgotten.cancelled() and later.cancelled()
+        # the loop stops: nothing the batch started may still be running, holding a pooled connection
+        assert not asyncio.all_tasks() - {asyncio.current_task()}
+
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(stopped_while_loading())
+        assert not client.connection_pool._in_use_connections  # type: ignore[attr-defined]
+    finally:
+        loop.run_until_complete(client.aclose())
+        loop.close()
