@@ -99,7 +99,9 @@ class ScriptBatch:
         self._write_soon()
 
     def _write_soon(self) -> None:
-        if self._writer is None:  # it writes in the next loop turn, with the calls made in this one
+        # it writes in the next loop turn, with the calls made in this one (a writer cancelled before it began ran
+        # no `finally`: it is done, not on its way)
+        if self._writer is None or self._writer.done():
             self._writer = self._spawn(self._write())
 
     def _spawn(self, work: Coroutine[object, object, None]) -> asyncio.Task[None]:
