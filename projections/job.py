@@ -86,16 +86,13 @@ class JobView:
 
 def apply(view: JobView | None, event: JobEvent) -> JobView | None:
     """Fold one event. Nothing exists before JobCreated; a terminal view absorbs everything."""
-    if view is None:
-        return _created(event) if isinstance(event, JobCreated) else None
-    if view.status.terminal:
-        return view
-    return evolve(_apply_live(view, event), event_count=view.event_count + 1)
+    return fold((event,), view)
 
 
 def fold(events: Iterable[JobEvent], initial: JobView | None = None) -> JobView | None:
-    """`apply` over `events`, with one copy of the view for the events' count instead of one per event (most events
-    of a busy job, its deltas, change nothing else)."""
+    """`events` folded onto `initial`: nothing exists before JobCreated, and a terminal view absorbs everything.
+    The view is copied once for the events' count, not once per event (most events of a busy job, its deltas,
+    change nothing else)."""
     view, counted = initial, 0
     for event in events:
         if view is None:

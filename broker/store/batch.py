@@ -36,7 +36,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError, NoScriptError, ResponseError
 
 from broker.store.connection import is_cluster
-from broker.store.scripts import Args
+from broker.store.scripts import Args, run_many
 
 #: A call written on this many connections that were lost fails with the last one's error.
 SENDS = 3
@@ -89,7 +89,8 @@ class ScriptBatch:
             self._loop = loop
             self._reset()
         if self._cluster:  # not the broker's use (a cluster pipeline splits by node): one call after another
-            return await self._one(script, keys, args)
+            (reply,) = await run_many(self._redis, script, [(keys, args)])
+            return reply
         call = _Call(script, keys, args, loop.create_future())
         self._queue(call)
         return await call.reply
@@ -265,14 +266,6 @@ class ScriptBatch:
     async def _hand_back(self, connection: AbstractConnection) -> None:
         await connection.disconnect()  # replies may be left unread on it
         await self._redis.connection_pool.release(connection)
-
-    async def _one(self, script: AsyncScript, keys: Sequence[str], args: Args) -> object:
-        """One call on its own (a cluster), its script loaded first when the node forgot it."""
-        try:
-            return await self._redis.evalsha(script.sha, len(keys), *keys, *args)
-        except NoScriptError:
-            await self._redis.script_load(script.script)
-            return await self._redis.evalsha(script.sha, len(keys), *keys, *args)
 
 
 def _packed(connection: AbstractConnection, calls: list[_Call]) -> list[bytes]:
