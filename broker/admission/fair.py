@@ -286,6 +286,9 @@ class FairLine:
 
 
 def smallest(places: Iterable[float], priority: int) -> int | None:
-    """The smallest tag of `priority` among the places of waiting jobs (None: none of that priority)."""
-    tags = [found[1] for found in map(band_of, places) if found is not None and found[0] == priority]
-    return min(tags, default=None)
+    """The smallest tag of `priority` among the places of waiting jobs (None: none of that priority): a priority's
+    places are the scores of its band (`band_of`), the last band open above."""
+    low = score(priority, 0)
+    high = score(priority + 1, 0) if priority < PRIORITIES[-1] else math.inf
+    least = min((place for place in places if low <= place < high), default=None)
+    return None if least is None else int(least) - low

@@ -167,6 +167,12 @@ async def _running(client: Any, job_id: str) -> dict[str, Any] | None:
     return await _status(client, job_id, "running")
 
 
+async def _idle(client: Any) -> bool:
+    """No upstream holds a live run or a create in flight (a run's slot goes back just after its last write)."""
+    admission = (await (await client.get("/readyz")).json())["admission"]["upstreams"]
+    return all(upstream["live"] == 0 for upstream in admission)
+
+
 @pytest.mark.parametrize("second_down", [False, True], ids=["its-upstream-up", "its-upstream-down"])
 async def test_an_interrupted_run_resubmits_to_its_upstream_while_up_else_elsewhere(
     make_replica: ClientFactory,
@@ -212,9 +218,10 @@ async def test_a_session_keeps_its_upstream_and_waits_for_it_while_it_is_busy(
     first, second = name_of(hermes_server), name_of(second_hermes)
     opening = await settled(replica, (await create(replica, {"input": "hi", "session_id": "s-1"}))["run_id"])
     assert opening["upstream"] == first
+    await eventually(lambda: _idle(replica))  # its slot goes back just after its last write
     # When the first is busy with a long job and the session's next turn arrives, then a job of no session
     busy = await create(replica, {"input": "block sleep:1"})
-    await eventually(lambda: _running(replica, busy["run_id"]))
+    assert (await eventually(lambda: _running(replica, busy["run_id"])))["upstream"] == first
     turn = await create(replica, {"input": "turn two", "session_id": "s-1"})
     loose = await create(replica, {"input": "no session"})
     # Then the job of no session goes to the second at once, while the session's turn waits for the first

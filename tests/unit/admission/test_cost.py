@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from attrs import evolve
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -182,6 +183,7 @@ def horizon(longest_ms: int, slots: int, least_share: float) -> int:
     return int(20 * longest_ms * (slots + 1) / slots / least_share)
 
 
+@pytest.mark.timeout(300)  # simulations of up to ~30,000 jobs: 10-20 s here; the suite's 60 s would stop it mid-example
 @settings(max_examples=25, deadline=None)
 @given(
     st.lists(st.tuples(st.sampled_from([1.0, 2.0, 3.0]), lengths()), min_size=2, max_size=3),
@@ -215,6 +217,7 @@ def test_backlogged_keys_share_the_cost_of_the_runs_started_by_weight_for_any_mi
 # newcomers, idle keys ------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.timeout(300)  # simulations of up to ~30,000 jobs: 10-20 s here; the suite's 60 s would stop it mid-example
 @settings(max_examples=30, deadline=None)
 @given(
     st.integers(1, 20).map(lambda s: s * S),

@@ -94,6 +94,22 @@ def test_a_score_says_its_priority_and_tag_and_sorts_by_priority_first(priority:
     assert fair.band_of(legacy_first_attempt) is None
 
 
+@given(
+    st.lists(
+        st.one_of(
+            st.builds(fair.score, st.sampled_from(fair.PRIORITIES), st.integers(0, fair.MAX_TAG)),
+            st.integers(0, fair.BASE - 1),  # resubmits and the places an older broker gave
+        ),
+        max_size=20,
+    ),
+    st.sampled_from(fair.PRIORITIES),
+)
+def test_the_smallest_tag_of_a_priority_is_the_least_tag_its_bands_places_say(places: list[int], priority: int) -> None:
+    bands = [fair.band_of(float(place)) for place in places]
+    tags = [found[1] for found in bands if found is not None and found[0] == priority]
+    assert fair.smallest(map(float, places), priority) == min(tags, default=None)
+
+
 def test_defaults_come_from_the_configured_source_and_configured_weights_win() -> None:
     plain = SchedulingRequest()
     by_key = FairnessSettings()
