@@ -363,9 +363,16 @@ class Runner:
         self, snapshot: Snapshot, facts: Callable[[JobView], list[JobEvent]], *, retry: bool = True
     ) -> Snapshot:
         """Append what `facts` derives from the job (fenced by the lease), re-deriving it after a conflict."""
-        after = await self._deps.writer.commit(
-            self.job_id, snapshot, facts, log=self._log, lease_token=self.token, retry=retry, released=self._released
-        )
+        with self._deps.leases.writing(self.job_id, self.token):  # a renewal meanwhile may find its lease released
+            after = await self._deps.writer.commit(
+                self.job_id,
+                snapshot,
+                facts,
+                log=self._log,
+                lease_token=self.token,
+                retry=retry,
+                released=self._released,
+            )
         if after.view.attempt > snapshot.view.attempt:  # RunResubmitted
             attributes: tracing.Attributes = {
                 tracing.ATTEMPT: after.view.attempt,

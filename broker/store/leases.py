@@ -9,7 +9,8 @@ the work doorbell for it, and the next replica to acquire the expired lease take
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import cast
 
 from redis.asyncio import Redis
@@ -65,6 +66,23 @@ class Leases:
         #: (job, token) of leases the job's terminal write released (append_events.lua `release`), until the
         #: owner's release: renewing them reports them held, releasing them costs no round trip
         self._ended: set[tuple[str, str]] = set()
+        #: (job, token) -> how many of the job's fenced writes are on their way: one may end the job and release the
+        #: lease in Redis before its reply is read, so a renewal that finds the lease gone meanwhile is not a loss
+        self._writing: dict[tuple[str, str], int] = {}
+
+    @contextmanager
+    def writing(self, job_id: str, token: str) -> Iterator[None]:
+        """The job's owner is making a write fenced by `token` that may end the job (and release its lease): while
+        it is on its way, a renewal that finds the lease gone reports it held. A lease another replica took is
+        found by the write itself, which its fence refuses."""
+        lease = (job_id, token)
+        self._writing[lease] = self._writing.get(lease, 0) + 1
+        try:
+            yield
+        finally:
+            left = self._writing.pop(lease) - 1
+            if left:
+                self._writing[lease] = left
 
     def released(self, job_id: str, token: str) -> None:
         """The job's terminal write released `token`'s lease (and took the job off the due schedule)."""
@@ -96,7 +114,11 @@ class Leases:
             for job_id, token in live
         ]
         renewed = dict(zip(live, await run_many(self._redis, self._scripts.renew_lease, calls), strict=True))
-        return [lease not in renewed or cast(int, renewed[lease]) == 1 for lease in held]
+        # read after the replies: a write that ended the job meanwhile released the lease before this renewal ran
+        return [
+            lease not in renewed or cast(int, renewed[lease]) == 1 or lease in self._ended or lease in self._writing
+            for lease in held
+        ]
 
     async def release(self, job_id: str, token: str, *, due_at_ms: int | None, enqueue: bool = False) -> bool:
         """Give the job up; `due_at_ms=None` means it is finished and leaves the schedule."""

@@ -12,6 +12,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from broker.app import writer_key
 from broker.simulator.app import create_app as create_simulator
 from broker.simulator.state import Settings, Simulator
 from tests.integration.conftest import ClientFactory
@@ -163,3 +164,28 @@ async def test_turns_waiting_for_their_sessions_hold_no_slot_from_a_sessionless_
     assert done["status"] == "completed"
     assert (await job(replica, holders[1]))["status"] == "running"
     assert (await job(replica, waiting[1]))["hold"]["reason"] == "session"
+
+
+async def test_a_turn_whose_ending_write_is_answered_after_a_lease_renewal_still_hands_its_session_on(
+    make_replica: ClientFactory,
+) -> None:
+    # Given a replica renewing its leases every 200 ms, whose write that ends a job is answered late (a busy replica:
+    # Redis ran it, released the run lease with it, and the reply is read half a second later)
+    replica = await make_replica(runs_lease_ms=600)
+    store = replica.app[writer_key].store  # type: ignore[index]
+    append = store.append
+
+    async def answered_late(job_id: str, events: Any, view: Any, **fields: Any) -> Any:
+        ids = await append(job_id, events, view, **fields)
+        if view.status.terminal and fields.get("release"):
+            await asyncio.sleep(0.5)
+        return ids
+
+    store.append = answered_late
+    # When a session's first turn ends while its next one waits
+    first = (await create(replica, {"input": "first sleep:0.3", "session_id": "s-late"}))["run_id"]
+    second = (await create(replica, {"input": "second", "session_id": "s-late"}))["run_id"]
+    # Then the renewals meanwhile (finding the lease gone) do not cut the first turn's runner short of handing the
+    # session on: the next turn runs at once, not at its recheck 30 s later
+    assert (await settled(replica, first, timeout=10))["status"] == "completed"
+    assert (await settled(replica, second, timeout=10))["status"] == "completed"

@@ -271,7 +271,7 @@ async def test_a_lost_upstreams_run_is_resubmitted_elsewhere_only_after_it_was_s
         hermes_upstream_lost_ms=1_500,
     )
     first = name_of(hermes_server)
-    blocker = await create(replica, {"input": "block sleep:0.5"})
+    blocker = await create(replica, {"input": "block sleep:2"})
     await eventually(lambda: _running(replica, blocker["run_id"]))
     created = await create(replica, {"input": "long sleep:3"})
     running = await eventually(lambda: _running(replica, created["run_id"]))
@@ -303,7 +303,7 @@ async def test_a_session_mid_turn_on_a_lost_upstream_keeps_its_order_and_the_nex
         hermes_url=both(hermes_server, second_hermes), hermes_max_concurrent=(1, 4), hermes_upstream_lost_ms=1_500
     )
     first = name_of(hermes_server)
-    blocker = await create(replica, {"input": "block sleep:0.5"})
+    blocker = await create(replica, {"input": "block sleep:2"})
     await eventually(lambda: _running(replica, blocker["run_id"]))
     turn = await create(replica, {"input": "turn one sleep:3", "session_id": "s-lost-mid"})
     running = await eventually(lambda: _running(replica, turn["run_id"]))

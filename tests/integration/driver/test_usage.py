@@ -117,8 +117,12 @@ async def test_facts_read_again_and_a_replayed_create_are_counted_once(
     await eventually(lambda: _none_pending(redis))
     before = await usage(second, key="team-r")
     assert totals(before)["runs_completed"] == 3
-    exported = [await exported_tokens(replica) for replica in (first, second)]
-    assert sum(exported) == 3 * 18  # each run in the totals of the one replica that counted it
+
+    async def all_exported() -> list[float] | None:  # a sweep adds to the totals just after it clears the facts
+        found = [await exported_tokens(replica) for replica in (first, second)]
+        return found if sum(found) == 3 * 18 else None
+
+    exported = await eventually(all_exported)  # each run in the totals of the one replica that counted it
     # When every fact is left for the sweeps again (as a sweep cut short before it cleared them leaves it) and a
     # create is replayed
     for job_id in jobs:

@@ -59,6 +59,19 @@ async def test_the_drivers_terminal_write_releases_its_lease_and_the_owner_relea
     assert not await leases.release(job, "token-a", due_at_ms=None)  # once: then it is an ordinary release
 
 
+async def test_a_lease_found_gone_while_its_jobs_write_is_on_its_way_is_held_until_that_write_is_answered(
+    redis: Redis,
+) -> None:
+    leases = Leases(redis, lease_ms=1_000)
+    job = new_job_id()
+    assert await leases.acquire(job, "token-a", 1_000)
+    with leases.writing(job, "token-a"):
+        await redis.delete(keys.lease(job))  # the write ended the job in Redis; its reply is not read yet
+        assert await leases.renew_many([(job, "token-a")], 2_000) == [True]
+    # answered without ending the job (its `released` never came): the lease is lost
+    assert await leases.renew_many([(job, "token-a")], 2_000) == [False]
+
+
 def _fold(*events: JobEvent) -> JobView:
     view = fold(events)
     assert view is not None

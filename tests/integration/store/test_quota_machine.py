@@ -10,6 +10,7 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
@@ -152,6 +153,7 @@ class Quotas2(RuleBasedStateMachine):
                 assert due is not None and due <= self.now + 5_000
 
 
+@pytest.mark.timeout(300)  # 5,000 steps, each checked with about 15 Redis round trips: past 60 s on a loaded machine
 def test_live_quotas_hold_under_any_interleaving(redis_server: RedisServer) -> None:
     Quotas2.url = redis_server.url
     run_state_machine_as_test(Quotas2, settings=settings(max_examples=100, stateful_step_count=50, deadline=None))
