@@ -352,10 +352,11 @@ class Supervisor:
                 await self._deps.gate.hold(ids, now, renew_only=True, upstream=upstream)
             driven = list(self._runners.items())
             held = await self._leases.renew_many([(job_id, runner.token) for job_id, (runner, _) in driven], now)
-            for (job_id, (_, task)), renewed in zip(driven, held, strict=True):  # one round trip for all leases
-                if not renewed:
+            for (job_id, entry), renewed in zip(driven, held, strict=True):  # one round trip for all leases
+                # a runner that finished while the renewal was on its way released its lease itself: not lost
+                if not renewed and self._runners.get(job_id) is entry:
                     self._lost.add(job_id)
-                    task.cancel()
+                    entry[1].cancel()
 
     async def _health_loop(self) -> None:
         assert self._prober is not None

@@ -12,9 +12,11 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from broker.app import writer_key
+from broker.app import supervisor_key, writer_key
 from broker.simulator.app import create_app as create_simulator
 from broker.simulator.state import Settings, Simulator
+from broker.store import leases as leases_module
+from broker.store.scripts import run_many
 from tests.integration.conftest import ClientFactory
 from tests.integration.driver.conftest import create, eventually, job, settled
 
@@ -189,3 +191,27 @@ async def test_a_turn_whose_ending_write_is_answered_after_a_lease_renewal_still
     # session on: the next turn runs at once, not at its recheck 30 s later
     assert (await settled(replica, first, timeout=10))["status"] == "completed"
     assert (await settled(replica, second, timeout=10))["status"] == "completed"
+
+
+async def test_a_renewal_answered_after_its_runner_finished_takes_nothing_from_the_finished_job(
+    make_replica: ClientFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a replica whose lease renewals reach Redis 0.4 s after they set out (a slow link): a job that finishes
+    # meanwhile has released its lease, and the renewal finds it gone once its runner is done
+    replica = await make_replica(runs_lease_ms=1_500)
+    supervisor = replica.app[supervisor_key]  # type: ignore[index]
+
+    async def slow(*args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(0.4)
+        return await run_many(*args, **kwargs)
+
+    monkeypatch.setattr(leases_module, "run_many", slow)
+    # When a session's turns run one after another
+    turns = [
+        (await create(replica, {"input": f"turn {n} sleep:0.1", "session_id": "s-slow"}))["run_id"] for n in range(8)
+    ]
+    # Then each completes, and no finished job is taken for lost (its task cancelled in its hand-back, its id kept)
+    for job_id in turns:
+        assert (await settled(replica, job_id, timeout=20))["status"] == "completed"
+    await asyncio.sleep(0.5)  # the last renewal on its way is answered
+    assert supervisor._lost == set()
