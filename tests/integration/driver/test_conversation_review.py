@@ -215,3 +215,33 @@ async def test_a_renewal_answered_after_its_runner_finished_takes_nothing_from_t
         assert (await settled(replica, job_id, timeout=20))["status"] == "completed"
     await asyncio.sleep(0.5)  # the last renewal on its way is answered
     assert supervisor._lost == set()
+
+
+async def test_a_turn_whose_ending_write_ran_but_was_answered_fenced_still_lets_its_slot_and_session_go(
+    make_replica: ClientFactory,
+) -> None:
+    # Given a replica whose write that ends a job runs, but whose reply is lost: sent again on a new connection, the
+    # write finds no lease (the first one released it) and is answered FENCED
+    replica = await make_replica()
+    store = replica.app[writer_key].store  # type: ignore[index]
+    append = store.append
+
+    async def reply_lost(job_id: str, events: Any, view: Any, **fields: Any) -> Any:
+        ids = await append(job_id, events, view, **fields)
+        if view.status.terminal and fields.get("release"):
+            return await append(job_id, events, view, **fields)  # raises LeaseLost
+        return ids
+
+    store.append = reply_lost
+    # When a session's first turn ends while its next one waits
+    first = (await create(replica, {"input": "first sleep:0.3", "session_id": "s-fenced"}))["run_id"]
+    second = (await create(replica, {"input": "second", "session_id": "s-fenced"}))["run_id"]
+    # Then the first turn's slot and session are let go at once: the next turn runs, not at its recheck 30 s later,
+    # and once it ended too no slot stays held
+    assert (await settled(replica, first, timeout=10))["status"] == "completed"
+    assert (await settled(replica, second, timeout=10))["status"] == "completed"
+
+    async def no_slot_held() -> bool:
+        return bool((await (await replica.get("/readyz")).json())["admission"]["live"] == 0)
+
+    await eventually(no_slot_held, timeout=3)
