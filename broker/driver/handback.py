@@ -1,7 +1,7 @@
 """A drain's hand-back of the jobs its runners drove (SPEC S4 "Drain"): each job's lease released for immediate
 takeover, with its admission slot where it belongs; a job whose create was on its way once Hermes's answer is
 recorded (within the drain's budget), so that its next owner follows that run instead of creating a second one
-(Hermes 0.19 ignores the create's Idempotency-Key)."""
+(Hermes 0.19 ignores the create's Idempotency-Key). And a lost runner's ended job: its slot and session let go."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from broker.admission.state import line_place
 from broker.driver.deps import Deps
 from broker.driver.runner import Runner
 from broker.logging import get_logger
-from broker.store.outage import REDIS_FAILURES, log_failure
+from broker.store.outage import REDIS_FAILURES, is_outage, log_failure
 
 
 async def hand_back(deps: Deps, runners: list[Runner]) -> int:
@@ -54,3 +54,22 @@ async def _slot_back(deps: Deps, runner: Runner, now_ms: int) -> None:
         await gate.release(runner.job_id, freed=runner.ran, upstream=runner.slot_upstream)
     else:
         await gate.requeue(runner.job_id, line_place(view), upstream=runner.slot_upstream)
+
+
+async def let_go_if_ended(deps: Deps, runner: Runner) -> None:
+    """A lease found gone from a job that has ended: its own ending write ran but was answered `FENCED` (its reply
+    lost, the call sent again found the lease that write released), or another replica ended it. The job's slot
+    and its session are let go (both idempotent): else the slot would wait for its TTL, and the session's next
+    turn for its recheck."""
+    job_id = runner.job_id
+    try:
+        view = (await deps.writer.store.views([job_id]))[0]
+        if view is None or not view.status.terminal:
+            return  # another replica drives it: its slot and its session are that replica's
+        if runner.has_slot:
+            await deps.gate.release(job_id, freed=runner.ran, upstream=runner.slot_upstream)
+        if deps.conversations is not None:
+            await deps.conversations.ended(view, deps.clock.now_ms(), look_up=False)
+    except Exception as error:  # an outage: the slot's TTL and the next turn's recheck let them go
+        if not is_outage(error):
+            log_failure(get_logger(__name__), error, outage="", bug="Could not let an ended job go.", job=job_id)

@@ -309,7 +309,7 @@ class Supervisor:
     async def _finish(self, runner: Runner, ending: Ending, due_at: int | None) -> None:
         if ending is Ending.LOST:
             self._log.warning("Lost a job's run lease.", extra={"job": runner.job_id, "replica": self.replica})
-            await self._let_go_if_ended(runner)
+            await handback.let_go_if_ended(self._deps, runner)
             return
         job_id, gate = runner.job_id, self._deps.gate
         try:
@@ -333,24 +333,6 @@ class Supervisor:
         except Exception as error:  # an outage (a connection torn down in a failover too): the lease expires and
             if not is_outage(error):  # the schedule retries; anything else is a bug, logged with its traceback
                 log_failure(self._log, error, outage="", bug="Could not hand a job back.", job=job_id)
-
-    async def _let_go_if_ended(self, runner: Runner) -> None:
-        """A lease found gone from a job that has ended: its own ending write ran but was answered `FENCED` (its reply
-        lost, the call sent again found the lease that write released), or another replica ended it. The job's slot
-        and its session are let go (both idempotent): else the slot would wait for its TTL, and the session's next
-        turn for its recheck."""
-        job_id = runner.job_id
-        try:
-            view = (await self._deps.writer.store.views([job_id]))[0]
-            if view is None or not view.status.terminal:
-                return  # another replica drives it: its slot and its session are that replica's
-            if runner.has_slot:
-                await self._deps.gate.release(job_id, freed=runner.ran, upstream=runner.slot_upstream)
-            if self._deps.conversations is not None:
-                await self._deps.conversations.ended(view, self._deps.clock.now_ms(), look_up=False)
-        except Exception as error:  # an outage: the slot's TTL and the next turn's recheck let them go
-            if not is_outage(error):
-                log_failure(self._log, error, outage="", bug="Could not let an ended job go.", job=job_id)
 
     async def _promote_loop(self) -> None:
         interval = min(1.0, self._leases.lease_ms / 3000)

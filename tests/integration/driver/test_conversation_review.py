@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -174,16 +174,12 @@ async def test_a_turn_whose_ending_write_is_answered_after_a_lease_renewal_still
     # Given a replica renewing its leases every 200 ms, whose write that ends a job is answered late (a busy replica:
     # Redis ran it, released the run lease with it, and the reply is read half a second later)
     replica = await make_replica(runs_lease_ms=600)
-    store = replica.app[writer_key].store  # type: ignore[index]
-    append = store.append
 
-    async def answered_late(job_id: str, events: Any, view: Any, **fields: Any) -> Any:
-        ids = await append(job_id, events, view, **fields)
-        if view.status.terminal and fields.get("release"):
-            await asyncio.sleep(0.5)
+    async def answered_late(append: Append, args: tuple[Any, ...], fields: dict[str, Any], ids: Any) -> Any:
+        await asyncio.sleep(0.5)
         return ids
 
-    store.append = answered_late
+    _on_ending_writes(replica, answered_late)
     # When a session's first turn ends while its next one waits
     first = (await create(replica, {"input": "first sleep:0.3", "session_id": "s-late"}))["run_id"]
     second = (await create(replica, {"input": "second", "session_id": "s-late"}))["run_id"]
@@ -223,16 +219,11 @@ async def test_a_turn_whose_ending_write_ran_but_was_answered_fenced_still_lets_
     # Given a replica whose write that ends a job runs, but whose reply is lost: sent again on a new connection, the
     # write finds no lease (the first one released it) and is answered FENCED
     replica = await make_replica()
-    store = replica.app[writer_key].store  # type: ignore[index]
-    append = store.append
 
-    async def reply_lost(job_id: str, events: Any, view: Any, **fields: Any) -> Any:
-        ids = await append(job_id, events, view, **fields)
-        if view.status.terminal and fields.get("release"):
-            return await append(job_id, events, view, **fields)  # raises LeaseLost
-        return ids
+    async def sent_again(append: Append, args: tuple[Any, ...], fields: dict[str, Any], ids: Any) -> Any:
+        return await append(*args, **fields)  # raises LeaseLost
 
-    store.append = reply_lost
+    _on_ending_writes(replica, sent_again)
     # When a session's first turn ends while its next one waits
     first = (await create(replica, {"input": "first sleep:0.3", "session_id": "s-fenced"}))["run_id"]
     second = (await create(replica, {"input": "second", "session_id": "s-fenced"}))["run_id"]
@@ -245,3 +236,23 @@ async def test_a_turn_whose_ending_write_ran_but_was_answered_fenced_still_lets_
         return bool((await (await replica.get("/readyz")).json())["admission"]["live"] == 0)
 
     await eventually(no_slot_held, timeout=3)
+
+
+Append = Callable[..., Awaitable[Any]]
+
+
+def _on_ending_writes(
+    replica: TestClient[Any, Any], answer: Callable[[Append, tuple[Any, ...], dict[str, Any], Any], Awaitable[Any]]
+) -> None:
+    """The replica's job writes, each write that ends a job (releasing its run lease) answered by `answer` once it
+    ran in Redis: given the real write, its arguments and its reply."""
+    store = replica.app[writer_key].store  # type: ignore[index]
+    append = store.append
+
+    async def wrapped(*args: Any, **fields: Any) -> Any:
+        ids = await append(*args, **fields)
+        if args[2].status.terminal and fields.get("release"):  # (job_id, events, view)
+            return await answer(append, args, fields, ids)
+        return ids
+
+    store.append = wrapped
