@@ -43,12 +43,15 @@ def cluster_store(redis_cluster: LocalCluster) -> Store:
 def test_an_older_replica_beside_a_new_one_never_runs_two_turns_of_a_session_at_once(
     start_broker: BrokerFactory, cluster_store: Store, simulator: SimulatorProcess, old_broker: Path
 ) -> None:
-    # Given a replica of the broker before S4.3 and a new one, driving jobs on the same store (a rolling upgrade)
+    # Given a new replica that drives one job at a time, running a session's first turn
     env = {**FAST, "HERMES_URL": simulator.url, "RUNS_LEASE": "1500"}
+    new = start_broker(redis_url=cluster_store.url, **cluster_store.variables, **env, RUNS_CONCURRENCY="1")
+    turns = [create(new, "turn 0 sleep:6", "s-roll")[1]["run_id"]]
+    until(lambda: job(new, turns[0])["status"] == "running", 30, "the first turn running")
+    # and a replica of the broker before S4.3 beside it on the same store (a rolling upgrade), free to drive
     old = start_broker(redis_url=cluster_store.url, cwd=old_broker, **cluster_store.variables, **env)
-    new = start_broker(redis_url=cluster_store.url, **cluster_store.variables, **env)
-    # When the new replica takes six turns of one session (multitask enqueue, its default)
-    turns = [create(new, f"turn {i} sleep:0.5", "s-roll")[1]["run_id"] for i in range(6)]
+    # When the new replica takes five more turns of the session (multitask enqueue, its default)
+    turns += [create(new, f"turn {i} sleep:0.5", "s-roll")[1]["run_id"] for i in range(1, 6)]
     until(lambda: ended(new, turns), 60, "every turn ended")
     # Then each turn ran after the one before it had ended, whichever replica drove it
     assert {job(new, job_id)["status"] for job_id in turns} == {"completed"}
