@@ -1,8 +1,9 @@
 """Runs Hermes created for a job after the replica that asked lost the job (SPEC S4 "One job, one thread, one Hermes
 run at a time"): a replica frozen past its run lease while its create was on its way thaws to Hermes's answer, and
-another replica has taken the job over meanwhile. Hermes 0.19 ignores the create's Idempotency-Key, so the new
-owner's create made a second run of the job: the forsaken one is stopped. An upstream that replays a create by its
-key (upstream main) answered the new owner with this very run, which is then left to it.
+another replica has taken the job over meanwhile; or the write that records the run failed on Redis, and the job
+goes again. Hermes 0.19 ignores the create's Idempotency-Key, so the next create made a second run of the job: the
+forsaken one is stopped. An upstream that replays a create by its key (upstream main) answered the next create with
+this very run, which is then left to the job.
 
 Whose run it is shows once the job's view records a run of that attempt or later (the new owner's), or the job
 ended: until then the run is watched (every RUNS_POLL_INTERVAL, at most RUNS_HOLD). A stop Hermes does not answer is
@@ -24,7 +25,7 @@ from broker.driver.deps import Deps
 from broker.errors import JobNotFound
 from broker.hermes.models import Accepted, CreateOutcome, NotFound, Rejected, StopOutcome, Stopping
 from broker.logging import get_logger
-from broker.store.outage import log_failure
+from broker.store.outage import REDIS_FAILURES, is_outage, log_failure
 
 
 @frozen
@@ -90,10 +91,14 @@ async def _stop_unless_followed(deps: Deps, job_id: str, attempt: int, upstream:
                 view = (await deps.writer.load(job_id)).view
             except JobNotFound:
                 break  # expired: nobody follows the run
-            if view.hermes_run_id == run_id:
-                return  # the job's owner follows it: its create was answered with this run
-            if view.status.terminal or view.accepted_attempt >= attempt:
-                break  # the job has another run of that attempt (or a later one), or none any more
+            except REDIS_FAILURES as error:  # Redis out of reach (often why the run went unrecorded): look again
+                if not is_outage(error):
+                    raise
+            else:
+                if view.hermes_run_id == run_id:
+                    return  # the job's owner follows it: its create was answered with this run
+                if view.status.terminal or view.accepted_attempt >= attempt:
+                    break  # the job has another run of that attempt (or a later one), or none any more
             if deps.clock.now_ms() >= deadline:
                 log.warning("A run Hermes created for a job this replica lost is left running.", extra=fields)
                 return

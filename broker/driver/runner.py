@@ -214,9 +214,10 @@ class Runner:
                     turn_since_ms=self._turn_since,
                 ),
             )
-        except (LeaseLost, asyncio.CancelledError):
-            # taken over (or a drain) before the run was recorded: a second run of the job, unless Hermes replayed
-            # the new owner's create with it (or the record landed after all): forsaken.py tells which
+        except BaseException:
+            # taken over, a drain, or Redis out of reach before the run was recorded: the job's next create makes a
+            # second run, unless Hermes replayed it with this one (or the record landed after all): forsaken.py
+            # tells which
             if isinstance(outcome, Accepted):
                 self.unrecorded = forsaken.Unrecorded(create, action.attempt, self.slot_upstream)
                 forsaken.forsake(deps, self.job_id, self.unrecorded.attempt, self.unrecorded.upstream, outcome.run_id)
