@@ -21,7 +21,7 @@ from broker.driver.pump import Nudge, Pump, release
 from broker.errors import LeaseLost
 from broker.events import JobCreated, JobEvent, JobRerouted
 from broker.hermes.client import HermesClient
-from broker.hermes.models import Accepted, HermesEvent, HermesRun, NotFound
+from broker.hermes.models import Accepted, CreateOutcome, HermesEvent, HermesRun, NotFound
 from broker.jobs.conversation import ANSWER_RECHECK_MS, recheck_at, waits
 from broker.logging import get_logger
 from broker.store.jobs import Snapshot
@@ -251,10 +251,11 @@ class Runner:
             self._deps, self.job_id, self.token, unrecorded, timeout_s, slot=self.has_slot
         ):
             return False
-        outcome = unrecorded.create.result()
+        outcome, now = unrecorded.create.result(), self._deps.clock.now_ms()
         if not isinstance(outcome, Accepted):
+            await self._refused_while_draining(outcome, now, unrecorded.upstream)
             return False
-        now, policy, attempt = self._deps.clock.now_ms(), self._deps.policy, unrecorded.attempt
+        policy, attempt = self._deps.policy, unrecorded.attempt
         upstream = unrecorded.upstream or self._deps.upstream
         try:
             snapshot = await self._commit(
@@ -271,6 +272,18 @@ class Runner:
         left = max(0.0, deadline - asyncio.get_running_loop().time())
         await forsaken.stop(self._deps, unrecorded.upstream, outcome.run_id, timeout_s=left)
         return False
+
+    async def _refused_while_draining(self, outcome: CreateOutcome, now: int, upstream: str | None) -> None:
+        """Hermes refused the create a drain waited for (busy, draining): the line learns it, as from any refusal
+        (SPEC S4.1), and the job goes back to its place with its slot (the drain holds its lease)."""
+        refused = decide.refusal_of(outcome)
+        if refused is None or not self.has_slot or self.view is None:
+            return
+        place = line_place(self.view)
+        await self._deps.gate.refused(
+            self.job_id, refused, now, jitter=self._deps.jitter(), place=place, upstream=upstream
+        )
+        self.has_slot = False
 
     async def _stop(self, snapshot: Snapshot, run_id: str) -> Snapshot:
         outcome = await self._run_client(snapshot.view).stop(run_id)

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp.test_utils import TestClient
+from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from broker.app import supervisor_key, writer_key
@@ -50,12 +51,11 @@ async def _live(replica: TestClient[Any, Any]) -> int:
 
 
 async def test_a_runner_whose_write_fails_after_its_job_was_taken_over_leaves_the_new_owners_slot(
-    make_replica: ClientFactory,
+    make_replica: ClientFactory, redis: Redis
 ) -> None:
     # Given a replica frozen while it records the run Hermes accepted for a job: meanwhile the job's lease expired
     # and another replica took the job over with its admission slot; the write then fails with a lost connection
     replica = await make_replica()
-    redis = replica.app[supervisor_key]._leases._redis  # type: ignore[index]
 
     async def taken_over(job_id: str) -> None:
         await redis.set(keys.lease(job_id), "replica-b:token", px=60_000)
@@ -68,6 +68,8 @@ async def test_a_runner_whose_write_fails_after_its_job_was_taken_over_leaves_th
     await eventually(_now(lambda: job_id not in supervisor._runners), timeout=5)
     # Then the slot stays the new owner's: not put back in the line, not released, for another job to take
     assert await _live(replica) == 1
+    assert await redis.hexists(keys.FIRST_ADMISSION.slots, job_id)
+    assert await redis.zscore(keys.line(keys.partition_of(job_id)), job_id) is None
     assert (await job(replica, job_id))["status"] == "queued"
     assert await redis.get(keys.lease(job_id)) == "replica-b:token"
 

@@ -267,3 +267,22 @@ async def test_a_drain_stopping_the_run_of_a_job_stopped_meanwhile_keeps_within_
         assert await redis.zscore(keys.FIRST_ADMISSION.orphans, run_id) is not None
     finally:
         sim.settings.delay_s = 0
+
+
+async def test_a_create_a_drain_waits_for_that_hermes_refuses_tells_the_line_hermes_is_busy(
+    make_replica: ClientFactory, sim: Simulator, redis: Redis
+) -> None:
+    # Given a busy Hermes, slow to answer a replica's create of a job's run with its 429
+    sim.settings.busy, sim.settings.delay_s = True, LATE_S
+    draining = await make_replica()
+    job_id = (await create(draining, {"input": "refused sleep:1"}))["run_id"]
+    await eventually(lambda: _async(creates(sim)))
+    # When the replica drains (SIGTERM) while the create is on its way, and Hermes answers it 429
+    assert await draining.app[supervisor_key].drain() == 1  # type: ignore[index]
+    assert creates(sim)[0]["status"] == 429
+    # Then the line knows Hermes refuses (no replica sends the next create before its Retry-After), and the job is
+    # back at its place in it, its slot given back
+    admission = (await (await draining.get("/readyz")).json())["admission"]
+    assert admission["refusing"] is True and admission["reason"] == "busy"
+    assert admission["live"] == 0 and admission["line"] == 1
+    assert await redis.zscore(keys.line(keys.partition_of(job_id)), job_id) is not None
