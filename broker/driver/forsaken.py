@@ -25,7 +25,7 @@ from broker.driver.deps import Deps
 from broker.errors import JobNotFound
 from broker.hermes.models import Accepted, CreateOutcome, NotFound, Rejected, StopOutcome, Stopping
 from broker.logging import get_logger
-from broker.store.outage import REDIS_FAILURES, is_outage, log_failure
+from broker.store.outage import is_outage, log_failure
 
 
 @frozen
@@ -91,7 +91,7 @@ async def _stop_unless_followed(deps: Deps, job_id: str, attempt: int, upstream:
                 view = (await deps.writer.load(job_id)).view
             except JobNotFound:
                 break  # expired: nobody follows the run
-            except REDIS_FAILURES as error:  # Redis out of reach (often why the run went unrecorded): look again
+            except Exception as error:  # Redis out of reach (often why the run went unrecorded): look again
                 if not is_outage(error):
                     raise
             else:

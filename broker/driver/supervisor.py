@@ -311,6 +311,7 @@ class Supervisor:
     async def _finish(self, runner: Runner, ending: Ending, due_at: int | None) -> None:
         if ending is Ending.LOST:
             self._log.warning("Lost a job's run lease.", extra={"job": runner.job_id, "replica": self.replica})
+            self._leases.forget(runner.job_id, runner.token)
             await handback.let_go_if_ended(self._deps, runner)
             return
         job_id, gate = runner.job_id, self._deps.gate

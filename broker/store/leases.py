@@ -90,6 +90,10 @@ class Leases:
             self._ended.clear()
         self._ended.add((job_id, token))
 
+    def forget(self, job_id: str, token: str) -> None:
+        """The owner is done with a lease it found gone: released by its job's terminal write, or taken."""
+        self._ended.discard((job_id, token))
+
     async def acquire(self, job_id: str, token: str, now_ms: int) -> bool:
         acquired = await self._scripts.acquire_lease(
             keys=[keys.lease(job_id), keys.due(keys.partition_of(job_id))],

@@ -4,26 +4,33 @@ failed is not left beside the job's next one (SPEC S4 "One job, one thread, one 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from aiohttp.test_utils import TestClient
+import pytest
+from aiohttp import ClientSession
+from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import OutOfMemoryError
 
 from broker.app import supervisor_key, writer_key
+from broker.driver import forsaken
 from broker.events import RunAccepted
 from broker.simulator.state import Simulator
 from broker.store import keys
+from broker.store.outage import is_outage
 from tests.integration.conftest import ClientFactory
 from tests.integration.driver.conftest import create, eventually, job, settled
 
-Fault = Callable[[str], Awaitable[None]]
+Append = Callable[..., Awaitable[Any]]
+#: what the first write that records a run does instead, given the real write and its arguments: it raises
+Fault = Callable[[Append, tuple[Any, ...], dict[str, Any]], Awaitable[None]]
 
 
 def _on_the_write_that_records_a_run(replica: TestClient[Any, Any], fault: Fault) -> list[str]:
-    """The replica's first write that records a run Hermes accepted fails with a lost connection, before it ran in
-    Redis, after `fault(job_id)`; the list gets the run's id."""
+    """The replica's first write that records a run Hermes accepted is `fault` instead; the list gets the run's id."""
     store = replica.app[writer_key].store  # type: ignore[index]
     append, failed = store.append, []
 
@@ -31,8 +38,8 @@ def _on_the_write_that_records_a_run(replica: TestClient[Any, Any], fault: Fault
         accepted = [event for event in args[1] if isinstance(event, RunAccepted)]  # (job_id, events, view)
         if accepted and not failed:
             failed.append(accepted[0].hermes_run_id)
-            await fault(args[0])
-            raise RedisConnectionError("Connection closed by server.")
+            await fault(append, args, fields)
+            raise AssertionError("a fault raises")
         return await append(*args, **fields)
 
     store.append = wrapped
@@ -57,8 +64,9 @@ async def test_a_runner_whose_write_fails_after_its_job_was_taken_over_leaves_th
     # and another replica took the job over with its admission slot; the write then fails with a lost connection
     replica = await make_replica()
 
-    async def taken_over(job_id: str) -> None:
-        await redis.set(keys.lease(job_id), "replica-b:token", px=60_000)
+    async def taken_over(append: Append, args: tuple[Any, ...], fields: dict[str, Any]) -> None:
+        await redis.set(keys.lease(args[0]), "replica-b:token", px=60_000)
+        raise RedisConnectionError("Connection closed by server.")
 
     failed = _on_the_write_that_records_a_run(replica, taken_over)
     # When the runner ends
@@ -68,32 +76,113 @@ async def test_a_runner_whose_write_fails_after_its_job_was_taken_over_leaves_th
     await eventually(_now(lambda: job_id not in supervisor._runners), timeout=5)
     # Then the slot stays the new owner's: not put back in the line, not released, for another job to take
     assert await _live(replica) == 1
-    assert await redis.hexists(keys.FIRST_ADMISSION.slots, job_id)
+    assert await redis.zscore(keys.FIRST_ADMISSION.live, job_id) is not None
     assert await redis.zscore(keys.line(keys.partition_of(job_id)), job_id) is None
     assert (await job(replica, job_id))["status"] == "queued"
     assert await redis.get(keys.lease(job_id)) == "replica-b:token"
 
 
-async def test_a_run_accepted_by_hermes_whose_record_failed_is_stopped_once_the_job_runs_again(
-    make_replica: ClientFactory, sim: Simulator
+@pytest.mark.parametrize(
+    ("error", "ran"),
+    [
+        (OutOfMemoryError("command not allowed when used memory > 'maxmemory'."), False),
+        (RedisConnectionError("Connection closed by server."), True),
+    ],
+    ids=["full-redis", "reply-lost"],
+)
+async def test_a_run_whose_record_fails_once_is_recorded_when_redis_answers_again_and_is_the_jobs_only_run(
+    make_replica: ClientFactory, sim: Simulator, redis: Redis, error: Exception, ran: bool
 ) -> None:
-    # Given a replica whose write that records the run Hermes accepted fails with a lost connection (Redis did not
-    # run it): the job is retried, and Hermes 0.19 (which ignores the create's key) starts a second run
+    # Given a replica whose write that records the run Hermes accepted fails once, while the job's lease is its own:
+    # refused by a full Redis (it did not run), or run with its reply lost (the batch's resend spent)
     replica = await make_replica()
-
-    async def nothing(job_id: str) -> None:
-        return None
-
-    failed = _on_the_write_that_records_a_run(replica, nothing)
-    job_id = (await create(replica, {"input": "long sleep:4"}))["run_id"]
-    # When the job runs again and its second run is recorded
+    failed = _on_the_write_that_records_a_run(replica, _fails(error, ran=ran))
+    job_id = (await create(replica, {"input": "long sleep:2"}))["run_id"]
     await eventually(_now(lambda: failed))
-    first = failed[0]
-
-    async def followed_again() -> bool:
-        return (await job(replica, job_id)).get("hermes_run_id") not in (None, first)
-
-    await eventually(followed_again, timeout=10)
-    # Then the first run, which nothing follows, is stopped rather than left to run beside it
-    await eventually(_now(lambda: sim.runs[first].stopping), timeout=3)
+    run = sim.runs[failed[0]]
+    slotless = 0
+    while not run.terminal:  # its slot, sampled while the run is live
+        slotless += await redis.zscore(keys.FIRST_ADMISSION.live, job_id) is None
+        await asyncio.sleep(0.01)
+    # Then the job follows that run, holding its slot all along, and no second run is created (Hermes 0.19 ignores
+    # the create's Idempotency-Key: a job created again would run twice)
     assert (await settled(replica, job_id, timeout=20))["status"] == "completed"
+    assert (await job(replica, job_id))["hermes_run_id"] == failed[0]
+    assert list(sim.runs) == failed and not run.stopping
+    assert slotless == 0, f"the job held no slot in {slotless} looks while its run was live"
+
+
+def _fails(error: Exception, *, ran: bool) -> Fault:
+    async def fault(append: Append, args: tuple[Any, ...], fields: dict[str, Any]) -> None:
+        if ran:
+            await append(*args, **fields)
+        raise error
+
+    return fault
+
+
+async def test_the_watch_of_a_forsaken_run_rides_out_a_connection_torn_down_under_it(
+    make_replica: ClientFactory, sim: Simulator, hermes_server: TestServer
+) -> None:
+    # Given a job that ended, a run Hermes made for it that nothing follows (its replica lost the job while the
+    # create was on its way), and a connection torn down under the watch's first look at the job (a failover)
+    replica = await make_replica()
+    job_id = (await create(replica, {"input": "done"}))["run_id"]
+    await settled(replica, job_id)
+    async with ClientSession() as http:
+        async with http.post(hermes_server.make_url("/v1/runs"), json={"input": "forsaken sleep:30"}) as answer:
+            run_id = (await answer.json())["run_id"]
+    writer = replica.app[writer_key]  # type: ignore[index]
+    load, looks = writer.load, []
+
+    async def torn_down_once(job: str) -> Any:
+        looks.append(job)
+        if len(looks) == 1:
+            raise _torn_down()
+        return await load(job)
+
+    writer.load = torn_down_once
+    # When the replica watches the run
+    forsaken.forsake(replica.app[supervisor_key]._deps, job_id, 1, None, run_id)  # type: ignore[index]
+    # Then it looks again and stops it
+    await eventually(_now(lambda: sim.runs[run_id].stopping), timeout=5)
+    assert len(looks) >= 2
+
+
+def _torn_down() -> AttributeError:
+    """The error a write on a peer-closed transport raises inside redis-py's connection (an outage, SPEC S9)."""
+    code = compile(
+        "raise AttributeError(\"'NoneType' object has no attribute 'writelines'\")", "redis/connection.py", "exec"
+    )
+    try:
+        exec(code)
+    except AttributeError as error:
+        assert is_outage(error)
+        return error
+    raise AssertionError("unreachable")
+
+
+async def test_a_runner_whose_hand_back_fails_after_its_job_ended_lets_the_slot_go_and_forgets_the_lease(
+    make_replica: ClientFactory, redis: Redis
+) -> None:
+    # Given a replica whose job ended by its own write (which released the run lease), and whose hand-back of the
+    # job's slot then fails on Redis (a lost connection)
+    replica = await make_replica()
+    gate = replica.app[supervisor_key]._deps.gate  # type: ignore[index]
+    release, refused = gate.release, []
+
+    async def lost_once(*args: Any, **fields: Any) -> None:
+        if not refused:
+            refused.append(args[0])
+            raise RedisConnectionError("Connection closed by server.")
+        await release(*args, **fields)
+
+    gate.release = lost_once
+    # When the job ends
+    job_id = (await create(replica, {"input": "short"}))["run_id"]
+    assert (await settled(replica, job_id))["status"] == "completed"
+    # Then the runner, finding its lease gone, lets the ended job's slot go, and keeps no note of the lease
+    supervisor = replica.app[supervisor_key]  # type: ignore[index]
+    await eventually(_now(lambda: job_id not in supervisor._runners and refused), timeout=5)
+    await eventually(_now(lambda: not supervisor._leases._ended), timeout=5)
+    assert await redis.zscore(keys.FIRST_ADMISSION.live, job_id) is None
