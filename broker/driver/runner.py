@@ -203,9 +203,10 @@ class Runner(Following):
         self, snapshot: Snapshot, attempt: int, outcome: CreateOutcome, now: int, retry_at: int
     ) -> Snapshot:
         """Record Hermes's answer to the create of `attempt`. A run it accepted is recorded through a Redis outage:
-        the write goes again (with backoff) while the lease is the runner's, since a job handed back instead would be
-        created again, a second run of the attempt beside this one (SPEC S4). A write that landed though its reply
-        was lost is found by the next one (a conflict: the run is recorded)."""
+        the write goes again (with backoff) until Redis takes it, since a job handed back instead would be created
+        again, a second run of the attempt beside this one (SPEC S4). It stops when another replica took the job; a
+        lease that ran out meanwhile with nobody taking it is taken back. A write that landed though its reply was
+        lost is found by the next one (a conflict: the run is recorded)."""
         deps, failures = self._deps, 0
         upstream = self.slot_upstream or deps.upstream
 
@@ -221,17 +222,36 @@ class Runner(Following):
                 turn_since_ms=self._turn_since,
             )
 
-        while True:
-            try:
-                return await self._commit(snapshot, facts)
-            except Exception as error:
-                if not isinstance(outcome, Accepted) or not is_outage(error):
-                    raise
-                failures += 1
-                if failures == 1:
-                    outage = "Lost Redis recording a run Hermes accepted; retrying."
-                    log_failure(self._log, error, outage=outage, bug="", job=self.job_id, hermesRun=outcome.run_id)
-            await asyncio.sleep(decide.backoff_ms(failures, deps.jitter(), deps.policy) / 1000)
+        with deps.leases.writing(self.job_id, self.token):  # a renewal that finds the lease gone leaves it to this
+            while True:
+                try:
+                    return await self._commit(snapshot, facts)
+                except Exception as error:
+                    lapsed = isinstance(error, LeaseLost) and failures > 0  # it ran out during the outage
+                    if not isinstance(outcome, Accepted) or not (lapsed or is_outage(error)):
+                        raise
+                    failures += 1
+                    if failures == 1:
+                        message = "Lost Redis recording a run Hermes accepted; retrying."
+                        log_failure(self._log, error, outage=message, bug="", job=self.job_id, hermesRun=outcome.run_id)
+                    if await self._taken():
+                        raise LeaseLost(self.job_id) from error
+                await asyncio.sleep(decide.backoff_ms(failures, deps.jitter(), deps.policy) / 1000)
+
+    async def _taken(self) -> bool:
+        """Does another replica hold the job's lease? Read first, so a Redis that takes no writes (read-only after a
+        failover, full) still tells a takeover; one that ran out with nobody taking it is taken back. False when
+        Redis does not answer."""
+        leases = self._deps.leases
+        try:
+            holder = await leases.holder(self.job_id)
+            if holder is None:
+                return not await leases.acquire(self.job_id, self.token, self._deps.clock.now_ms())
+            return holder != self.token
+        except Exception as error:
+            if not is_outage(error):
+                raise
+            return False
 
     async def _ran(self, view: JobView, attempt: int, run_id: str, now: int) -> bool:
         """Hermes accepted `run_id` for `attempt` under this runner's slot: its capacity is taken; is it the job's?"""

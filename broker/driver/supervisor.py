@@ -366,8 +366,7 @@ class Supervisor:
             for job_id, (runner, _) in self._runners.items():
                 if runner.has_slot:
                     slots.setdefault(runner.slot_upstream, []).append(job_id)
-            for upstream, ids in slots.items():
-                await self._deps.gate.hold(ids, now, renew_only=True, upstream=upstream)
+            # the leases first: a slot's renewal that a full Redis refuses does not let them lapse
             driven = list(self._runners.items())
             held = await self._leases.renew_many([(job_id, runner.token) for job_id, (runner, _) in driven], now)
             for (job_id, entry), renewed in zip(driven, held, strict=True):  # one round trip for all leases
@@ -375,6 +374,8 @@ class Supervisor:
                 if not renewed and self._runners.get(job_id) is entry:
                     self._lost.add(job_id)
                     entry[1].cancel()
+            for upstream, ids in slots.items():
+                await self._deps.gate.hold(ids, now, renew_only=True, upstream=upstream)
 
     async def _health_loop(self) -> None:
         assert self._prober is not None

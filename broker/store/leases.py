@@ -94,6 +94,11 @@ class Leases:
         """The owner is done with a lease it found gone: released by its job's terminal write, or taken."""
         self._ended.discard((job_id, token))
 
+    async def holder(self, job_id: str) -> str | None:
+        """The token that holds the job's lease (None: nobody); a read, answered by a Redis that takes no writes."""
+        value = await self._redis.get(keys.lease(job_id))
+        return None if value is None else _text(value)
+
     async def acquire(self, job_id: str, token: str, now_ms: int) -> bool:
         acquired = await self._scripts.acquire_lease(
             keys=[keys.lease(job_id), keys.due(keys.partition_of(job_id))],

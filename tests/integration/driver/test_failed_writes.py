@@ -13,14 +13,16 @@ from aiohttp import ClientSession
 from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import OutOfMemoryError
+from redis.exceptions import OutOfMemoryError, ReadOnlyError
 
 from broker.app import supervisor_key, writer_key
 from broker.driver import forsaken
 from broker.events import RunAccepted
 from broker.simulator.state import Simulator
 from broker.store import keys
+from broker.store import leases as leases_module
 from broker.store.outage import is_outage
+from broker.store.scripts import run_many
 from tests.integration.conftest import ClientFactory
 from tests.integration.driver.conftest import create, eventually, job, settled
 
@@ -57,16 +59,23 @@ async def _live(replica: TestClient[Any, Any]) -> int:
     return int((await (await replica.get("/readyz")).json())["admission"]["live"])
 
 
+@pytest.mark.parametrize(
+    "error",
+    [RedisConnectionError("Connection closed by server."), ValueError("a bug")],
+    ids=["lost-connection", "a-bug"],
+)
 async def test_a_runner_whose_write_fails_after_its_job_was_taken_over_leaves_the_new_owners_slot(
-    make_replica: ClientFactory, redis: Redis
+    make_replica: ClientFactory, redis: Redis, error: Exception
 ) -> None:
     # Given a replica frozen while it records the run Hermes accepted for a job: meanwhile the job's lease expired
-    # and another replica took the job over with its admission slot; the write then fails with a lost connection
+    # and another replica took the job over with its admission slot; the write then fails: with a lost connection
+    # (the record goes again, and the lease's fence refuses it), or with a bug (the runner fails at once, and its
+    # hand-back finds the lease gone)
     replica = await make_replica()
 
     async def taken_over(append: Append, args: tuple[Any, ...], fields: dict[str, Any]) -> None:
         await redis.set(keys.lease(args[0]), "replica-b:token", px=60_000)
-        raise RedisConnectionError("Connection closed by server.")
+        raise error
 
     failed = _on_the_write_that_records_a_run(replica, taken_over)
     # When the runner ends
@@ -185,4 +194,77 @@ async def test_a_runner_whose_hand_back_fails_after_its_job_ended_lets_the_slot_
     supervisor = replica.app[supervisor_key]  # type: ignore[index]
     await eventually(_now(lambda: job_id not in supervisor._runners and refused), timeout=5)
     await eventually(_now(lambda: not supervisor._leases._ended), timeout=5)
-    assert await redis.zscore(keys.FIRST_ADMISSION.live, job_id) is None
+
+    async def slot_gone() -> bool:
+        return await redis.zscore(keys.FIRST_ADMISSION.live, job_id) is None
+
+    await eventually(slot_gone, timeout=5)
+
+
+def _renewals_fail_while(monkeypatch: pytest.MonkeyPatch, fault: dict[str, Exception | None]) -> None:
+    """The replica's lease renewals fail with `fault["error"]` while it is set (Redis takes no writes)."""
+
+    async def renew(*args: Any, **kwargs: Any) -> Any:
+        if fault["error"] is not None:
+            raise fault["error"]
+        return await run_many(*args, **kwargs)
+
+    monkeypatch.setattr(leases_module, "run_many", renew)
+
+
+def _record_fails_while(replica: TestClient[Any, Any], fault: dict[str, Exception | None]) -> list[str]:
+    """Every write that records a run Hermes accepted fails with `fault["error"]` while it is set; the list gets
+    the run's id and counts the tries."""
+    store = replica.app[writer_key].store  # type: ignore[index]
+    append, tries = store.append, []
+
+    async def wrapped(*args: Any, **fields: Any) -> Any:
+        accepted = [event for event in args[1] if isinstance(event, RunAccepted)]  # (job_id, events, view)
+        if accepted:
+            tries.append(accepted[0].hermes_run_id)
+            if fault["error"] is not None:
+                raise fault["error"]
+        return await append(*args, **fields)
+
+    store.append = wrapped
+    return tries
+
+
+async def test_a_run_whose_record_fails_for_longer_than_the_lease_is_still_the_jobs_only_run(
+    make_replica: ClientFactory, sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a replica that loses Redis for two and a half leases while it records the run Hermes accepted: the
+    # record and the lease renewals fail, and the lease runs out with nobody taking the job
+    replica = await make_replica(runs_lease_ms=600)
+    fault: dict[str, Exception | None] = {"error": RedisConnectionError("Connection refused.")}
+    _renewals_fail_while(monkeypatch, fault)
+    tries = _record_fails_while(replica, fault)
+    job_id = (await create(replica, {"input": "long sleep:3"}))["run_id"]
+    await eventually(_now(lambda: tries))
+    await asyncio.sleep(1.5)
+    # When Redis takes writes again
+    fault["error"] = None
+    # Then the run is recorded after several tries, and it is the job's only run: the job is not created again
+    assert (await settled(replica, job_id, timeout=20))["status"] == "completed"
+    assert len(tries) >= 3, tries
+    assert list(sim.runs) == [tries[0]] and not sim.runs[tries[0]].stopping
+    assert (await job(replica, job_id))["hermes_run_id"] == tries[0]
+
+
+async def test_a_run_whose_record_redis_keeps_refusing_is_given_up_once_another_replica_took_the_job(
+    make_replica: ClientFactory, redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a replica whose connections stay on a Redis that takes no writes (read-only after a failover): its
+    # record of the run Hermes accepted and its lease renewals are refused, and no renewal finds its lease gone
+    replica = await make_replica()
+    fault: dict[str, Exception | None] = {"error": ReadOnlyError("You can't write against a read only replica.")}
+    _renewals_fail_while(monkeypatch, fault)
+    tries = _record_fails_while(replica, fault)
+    job_id = (await create(replica, {"input": "long sleep:30"}))["run_id"]
+    await eventually(_now(lambda: tries))
+    # When another replica takes the job over meanwhile
+    await redis.set(keys.lease(job_id), "replica-b:token", px=60_000)
+    # Then the runner gives the job up while the writes are still refused (it reads who holds the lease)
+    supervisor = replica.app[supervisor_key]  # type: ignore[index]
+    await eventually(_now(lambda: job_id not in supervisor._runners), timeout=5)
+    fault["error"] = None
