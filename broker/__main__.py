@@ -23,6 +23,7 @@ from broker.http.appkeys import inflight_key
 from broker.ids import new_replica_id
 from broker.logging import get_logger
 from broker.store.embedded import EmbeddedRedis
+from broker.tasks import cancel_all
 
 SHUTDOWN_TAIL_S = 1.0  #: what SHUTDOWN_GRACE keeps for closing the server after in-flight requests
 
@@ -113,6 +114,11 @@ async def serve(config: Config, redis_url: str, replica: str | None = None) -> N
     log.info("Finished in-flight requests.", extra={"finished": finished, "left": app[inflight_key].count})
     if not await _within(runner.cleanup(), max(budget_s - (time.monotonic() - started), 0) + SHUTDOWN_TAIL_S):
         log.warning("Closing did not finish within SHUTDOWN_GRACE: Redis does not answer.")
+    # what is left (watches of forsaken runs, deliveries on their way) is cancelled until it stops: the event loop's
+    # own last cancel is a single one, which a call inside redis-py can drop, and the process would not exit
+    left = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    if not await _within(cancel_all(left), SHUTDOWN_TAIL_S):
+        log.warning("Some tasks did not stop on shutdown.", extra={"tasks": sorted(task.get_name() for task in left)})
     log.info("Stopped.", extra={"durationMs": round((time.monotonic() - started) * 1000)})
 
 

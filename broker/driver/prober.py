@@ -19,6 +19,7 @@ from broker.hermes.client import HermesClient
 from broker.hermes.fleet import Fleet
 from broker.hermes.models import NotFound, Rejected, Stopping
 from broker.logging import get_logger
+from broker.store.outage import log_failure
 from broker.store.upstream_health import HealthStore
 from broker.upstreams.health import Health, Heard, Reach, probe_gap, reach, report_due
 
@@ -52,8 +53,12 @@ class Prober:
         without holding up the others."""
 
         async def watch(name: str, client: HermesClient) -> None:
-            while True:
-                await self._look(name, client, clock.now_ms())
+            while True:  # a look that fails is logged here: a watch never ends but by its cancel, so no sibling of a
+                try:  # failed one is left running on its own, past the stop that cancels the others
+                    await self._look(name, client, clock.now_ms())
+                except Exception as error:
+                    outage, bug = "Lost Redis looking at an upstream.", "Could not look at an upstream."
+                    log_failure(self._log, error, outage=outage, bug=bug, upstream=name)
                 await asyncio.sleep(self._pause(name, clock.now_ms()))
 
         await asyncio.gather(*(watch(upstream.name, client) for upstream, client in self._fleet))

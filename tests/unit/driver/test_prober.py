@@ -10,6 +10,7 @@ tests/e2e/test_upstream_faults.py and tests/integration/driver/test_orphans.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 from types import SimpleNamespace
 from typing import Any
@@ -272,3 +273,39 @@ async def test_an_idle_upstream_is_asked_by_one_replica_at_a_time_and_found_down
             await tick(prober, now)
     assert reach(store.health["b"], 14_000, LOST_MS).value == "unreachable"
     assert not store.health["a"].failing
+
+
+class LostOnce(Store):
+    """Redis lost under the first report of upstream A (a failover)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.looks: list[str] = []
+
+    async def report(self, upstream: str, heard: Heard) -> Health:
+        self.looks.append(upstream)
+        if self.looks.count("a") == 1 and upstream == "a":
+            raise ConnectionError("Connection closed by server.")
+        return await super().report(upstream, heard)
+
+
+async def test_a_look_that_fails_leaves_every_upstream_watched_and_a_cancel_stops_every_watch() -> None:
+    # Given a fleet of two, and Redis lost under the first look at A
+    members, _ = fleet("a", "b")
+    store = LostOnce()
+    prober = Prober(members, store, lost_ms=LOST_MS)  # type: ignore[arg-type]
+    before = asyncio.all_tasks()
+    # When the prober runs
+    running = asyncio.create_task(prober.run(SimpleNamespace(now_ms=lambda: _now[0])))  # type: ignore[arg-type]
+    for _ in range(100):
+        if "a" in store.looks and "b" in store.looks:
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)
+    # Then it goes on watching both (the failed look is logged), and its cancel (a drain) stops every watch: none is
+    # left running on its own past the stop, where the event loop's last cancel can be dropped and the process hangs
+    assert not running.done()
+    running.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await running
+    assert asyncio.all_tasks() == before
