@@ -1,14 +1,15 @@
 """A drain's hand-back of the jobs its runners drove (SPEC S4 "Drain"): each job's lease released for immediate
 takeover, with its admission slot where it belongs; a job whose create was on its way once Hermes's answer is
 recorded (within the drain's budget), so that its next owner follows that run instead of creating a second one
-(Hermes 0.19 ignores the create's Idempotency-Key). And a lost runner's ended job: its slot and session let go."""
+(Hermes 0.19 ignores the create's Idempotency-Key). And a runner's hand-back after a failure: the slot of a job
+that was taken over meanwhile left to its new owner, a lost runner's ended job's slot and session let go."""
 
 from __future__ import annotations
 
 import contextlib
 
 from broker.admission.state import line_place
-from broker.driver.deps import Deps
+from broker.driver.deps import Deps, Ending
 from broker.driver.runner import Runner
 from broker.logging import get_logger
 from broker.store.outage import REDIS_FAILURES, is_outage, log_failure
@@ -73,3 +74,18 @@ async def let_go_if_ended(deps: Deps, runner: Runner) -> None:
     except Exception as error:  # an outage: the slot's TTL and the next turn's recheck let them go
         if not is_outage(error):
             log_failure(get_logger(__name__), error, outage="", bug="Could not let an ended job go.", job=job_id)
+
+
+async def still_its_own(deps: Deps, runner: Runner, ending: Ending) -> Ending | None:
+    """A runner whose write failed (PARKED) hands its slot back only while the job is still its own (its lease
+    renewed): a replica frozen past its lease, or cut off from Redis, finds the job taken over (LOST), and the slot
+    the new owner's. None: Redis out of reach."""
+    if ending is not Ending.PARKED or not runner.has_slot:
+        return ending
+    try:
+        held = await deps.leases.renew(runner.job_id, runner.token, deps.clock.now_ms())
+    except Exception as error:
+        outage, bug = "Lost Redis handing a job back.", "Could not check a job's run lease."
+        log_failure(get_logger(__name__), error, outage=outage, bug=bug, job=runner.job_id)
+        return None
+    return Ending.PARKED if held else Ending.LOST

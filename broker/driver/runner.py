@@ -18,7 +18,7 @@ from broker.events import JobCreated, JobEvent, JobRerouted
 from broker.hermes.models import Accepted, CreateOutcome
 from broker.jobs.conversation import ANSWER_RECHECK_MS, recheck_at, waits
 from broker.store.jobs import Snapshot
-from broker.store.outage import is_outage, log_failure
+from broker.store.outage import is_outage, outage_name
 from projections.job import JobView
 
 
@@ -232,8 +232,8 @@ class Runner(Following):
                         raise
                     failures += 1
                     if failures == 1:
-                        message = "Lost Redis recording a run Hermes accepted; retrying."
-                        log_failure(self._log, error, outage=message, bug="", job=self.job_id, hermesRun=outcome.run_id)
+                        fields = {"job": self.job_id, "hermesRun": outcome.run_id, "error": outage_name(error)}
+                        self._log.warning("Lost Redis recording a run Hermes accepted; retrying.", extra=fields)
                     if await self._taken():
                         raise LeaseLost(self.job_id) from error
                 await asyncio.sleep(decide.backoff_ms(failures, deps.jitter(), deps.policy) / 1000)

@@ -304,7 +304,7 @@ class Supervisor:
             self._lost.discard(job_id)
             self._freed.set()
             self.ring()  # a runner slot is free here: the line may move
-        checked = await self._still_its_own(runner, ending)
+        checked = await handback.still_its_own(self._deps, runner, ending)
         if checked is not None:  # None: Redis out of reach; its lease and its slot expire, the schedule retries it
             await self._finish(runner, checked, due_at)
 
@@ -336,20 +336,6 @@ class Supervisor:
         except Exception as error:  # an outage (a connection torn down in a failover too): the lease expires and
             if not is_outage(error):  # the schedule retries; anything else is a bug, logged with its traceback
                 log_failure(self._log, error, outage="", bug="Could not hand a job back.", job=job_id)
-
-    async def _still_its_own(self, runner: Runner, ending: Ending) -> Ending | None:
-        """A runner whose write failed (PARKED) hands its slot back only while the job is still its own (its lease
-        renewed): a replica frozen past its lease, or cut off from Redis, finds the job taken over (LOST), and the
-        slot the new owner's. None: Redis out of reach."""
-        if ending is not Ending.PARKED or not runner.has_slot:
-            return ending
-        try:
-            held = await self._leases.renew(runner.job_id, runner.token, self._deps.clock.now_ms())
-        except Exception as error:
-            outage, bug = "Lost Redis handing a job back.", "Could not check a job's run lease."
-            log_failure(self._log, error, outage=outage, bug=bug, job=runner.job_id)
-            return None
-        return Ending.PARKED if held else Ending.LOST
 
     async def _promote_loop(self) -> None:
         interval = min(1.0, self._leases.lease_ms / 3000)
